@@ -1,0 +1,1 @@
+"""Starting and stopping deployments, and the `moa-pd` command line."""

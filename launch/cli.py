@@ -1,0 +1,81 @@
+"""The `moa-pd` command line: one subcommand per job, each in the module that does the work.
+
+Exit codes: 0 ok, 1 a run failed, 2 bad input (a config, a flag, a path). Bad input never prints
+a traceback: the message names the file, the JSON path and the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from router.config_loader import ConfigError
+
+
+def _cmd_validate(args: argparse.Namespace) -> int:
+    from router.config_loader import load_config
+
+    failed = 0
+    for path in args.configs:
+        try:
+            cfg = load_config(path)
+        except ConfigError as e:
+            print(f"error: {e}", file=sys.stderr)
+            failed += 1
+        else:
+            print(f"ok: {path} ({cfg.name}: {len(cfg.agents)} agents, final '{cfg.final}')")
+    return 2 if failed else 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from launch.show import render_graph
+    from router.config_loader import load_config
+
+    print(render_graph(load_config(args.config)))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="moa-pd", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("validate", help="check topology configs without starting anything")
+    p.add_argument("configs", nargs="+", metavar="CONFIG", help="a cfgs/*.json path or a name")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("show", help="print a topology's graph: layers, clusters, who reads whom")
+    p.add_argument("config", metavar="CONFIG")
+    p.set_defaults(func=_cmd_show)
+
+    _add_optional_commands(sub)
+    return parser
+
+
+def _add_optional_commands(sub) -> None:
+    """Subcommands whose modules register themselves (launcher, runner, figures, demo)."""
+    import importlib
+
+    for module in ("launch.commands", "experiments.commands"):
+        try:
+            mod = importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+            continue
+        mod.register(sub)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except ConfigError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

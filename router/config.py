@@ -1,0 +1,161 @@
+"""Topology configs (`cfgs/*.json`): the pydantic schema and everything that can be checked
+before a process starts.
+
+Callers: `moa-pd validate/show`, the launcher, the shell router and the experiment runner all load
+configs through `load_config`, so a bad file fails the same way everywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+# An agent's dependencies are exactly the slots in its template.
+SLOT_PATTERN = re.compile(r"<\|answer:([^|<>]+)\|>")
+QUESTION_FIELD = "{question}"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Sampling(_Strict):
+    """SGLang's sampling_params, by SGLang's names. Unset fields fall back to the config default."""
+
+    max_new_tokens: int | None = Field(default=None, gt=0, le=65536)
+    temperature: float | None = Field(default=None, ge=0.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: int | None = None
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)
+    stop: list[str] | None = None
+    stop_token_ids: list[int] | None = None
+    ignore_eos: bool | None = None
+    sampling_seed: int | None = None
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
+    repetition_penalty: float | None = None
+
+    def merged_over(self, base: "Sampling") -> "Sampling":
+        """This agent's values, with the config-wide defaults where it sets none."""
+        return base.model_copy(update=self.model_dump(exclude_none=True))
+
+    def to_sglang(self) -> dict:
+        """The `sampling_params` dict SGLang accepts (only keys that are set)."""
+        return self.model_dump(exclude_none=True)
+
+
+class Workers(_Strict):
+    prefill: int = Field(default=1, ge=1)
+    decode: int = Field(default=1, ge=1)
+
+
+class ModelSpec(_Strict):
+    """One served model: a PD deployment of `workers.prefill` + `workers.decode` workers."""
+
+    model_path: str = Field(description="local path, HF id, or 'smollm2-135m' (the embedded model)")
+    tokenizer_path: str | None = None
+    workers: Workers = Workers()
+    # Extra server flags per backend, by SGLang's flag names without dashes, e.g.
+    # {"sglang": {"mem_fraction_static": 0.8}, "torch": {"max_total_tokens": 8192}}.
+    server_args: dict[Literal["torch", "sglang"], dict[str, str | int | float | bool]] = {}
+
+
+class Template(_Strict):
+    """A chat prompt. `user` holds `{question}` and `<|answer:AGENT_ID|>` slots."""
+
+    user: str
+    system: str | None = None
+
+    @property
+    def slots(self) -> list[str]:
+        return SLOT_PATTERN.findall(self.user)
+
+
+class Agent(_Strict):
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    model: str
+    template: str
+    sampling: Sampling = Sampling()
+
+
+class EarlyExit(_Strict):
+    """Dynamic early exit inside each cluster (a successor's precursor set)."""
+
+    enabled: bool = False
+    method: Literal["q", "dmv"] = "q"
+    tau: float = Field(default=0.7, gt=0.0, lt=1.0)
+    # Q = (sqrt(C̄·B))^e with e = tau (the paper's algorithm box), 1 (its prose) or 1/tau.
+    exponent: Literal["tau", "none", "inverse_tau"] = "tau"
+    include_diagonal: bool = True
+    min_completed: int = Field(default=2, ge=1)
+    seed: int = 0
+    embedding_model: str = "all-minilm-l6-v2"
+
+
+class IncrementalPrefill(_Strict):
+    enabled: bool = True
+    # adaptive: at most one warm-up in flight; the next carries all that arrived meanwhile.
+    chunk_policy: Literal["adaptive", "fixed"] = "adaptive"
+    chunk_tokens: int = Field(default=32, gt=0)
+
+
+class AggregatorBypass(_Strict):
+    """Skip a successor when its cluster agrees (MOSAIC's adaptive aggregation)."""
+
+    enabled: bool = False
+    criterion: Literal["answer", "q"] = "answer"
+    q_threshold: float = Field(default=0.9, gt=0.0, le=1.0)
+
+
+class TopologyConfig(_Strict):
+    name: str
+    description: str = ""
+    models: dict[str, ModelSpec]
+    templates: dict[str, Template]
+    agents: list[Agent]
+    sampling: Sampling = Sampling(max_new_tokens=256, temperature=0.0)
+    final_agent: str | None = None
+    early_exit: EarlyExit = EarlyExit()
+    incremental_prefill: IncrementalPrefill = IncrementalPrefill()
+    slot_order: Literal["template", "dynamic"] = "template"
+    aggregator_bypass: AggregatorBypass = AggregatorBypass()
+
+    @field_validator("agents")
+    @classmethod
+    def _not_empty(cls, agents: list[Agent]) -> list[Agent]:
+        if not agents:
+            raise ValueError("the agent list is empty; add at least one agent")
+        return agents
+
+    @model_validator(mode="after")
+    def _check_graph(self) -> "TopologyConfig":
+        # Imported here: topology.py builds on this module's types.
+        from router.topology import check_graph
+
+        check_graph(self)
+        return self
+
+    # --- derived views ---------------------------------------------------------------------------
+    def agent(self, agent_id: str) -> Agent:
+        for a in self.agents:
+            if a.id == agent_id:
+                return a
+        raise KeyError(agent_id)
+
+    def template_of(self, agent_id: str) -> Template:
+        return self.templates[self.agent(agent_id).template]
+
+    def precursors(self, agent_id: str) -> list[str]:
+        """The agents whose answers `agent_id` reads, in template order."""
+        return self.template_of(agent_id).slots
+
+    def sampling_of(self, agent_id: str) -> Sampling:
+        return self.agent(agent_id).sampling.merged_over(self.sampling)
+
+    @property
+    def final(self) -> str:
+        from router.topology import sinks
+
+        return self.final_agent or sinks(self)[0]

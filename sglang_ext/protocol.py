@@ -1,0 +1,112 @@
+"""SGLang's wire contract: every request/response field name and constant, typed once.
+
+Stdlib only. The reference engine, the patch applied to real SGLang and the shell router all
+import these names, so "bootstrap_room" and friends are spelled in exactly one place.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+
+# --- /generate request (GenerateReqInput) -------------------------------------------------------
+TEXT = "text"
+INPUT_IDS = "input_ids"
+SAMPLING_PARAMS = "sampling_params"
+STREAM = "stream"
+RETURN_LOGPROB = "return_logprob"
+TOP_LOGPROBS_NUM = "top_logprobs_num"
+LOGPROB_START_LEN = "logprob_start_len"
+RID = "rid"
+BOOTSTRAP_HOST = "bootstrap_host"
+BOOTSTRAP_PORT = "bootstrap_port"
+BOOTSTRAP_ROOM = "bootstrap_room"
+# 0.5.23 name for pinning a data-parallel rank; 0.5.3 used "data_parallel_rank".
+ROUTED_DP_RANK = "routed_dp_rank"
+
+# --- sampling_params keys (SGLang 0.5.23 rejects unknown ones: never add private keys) ----------
+MAX_NEW_TOKENS = "max_new_tokens"
+TEMPERATURE = "temperature"
+TOP_P = "top_p"
+TOP_K = "top_k"
+MIN_P = "min_p"
+STOP = "stop"
+STOP_TOKEN_IDS = "stop_token_ids"
+IGNORE_EOS = "ignore_eos"
+SAMPLING_SEED = "sampling_seed"
+SKIP_SPECIAL_TOKENS = "skip_special_tokens"
+DEFAULT_MAX_NEW_TOKENS = 128
+
+# --- response ------------------------------------------------------------------------------------
+OUTPUT_IDS = "output_ids"
+META_INFO = "meta_info"
+META_ID = "id"
+FINISH_REASON = "finish_reason"
+PROMPT_TOKENS = "prompt_tokens"
+COMPLETION_TOKENS = "completion_tokens"
+CACHED_TOKENS = "cached_tokens"
+E2E_LATENCY = "e2e_latency"
+OUTPUT_TOKEN_LOGPROBS = "output_token_logprobs"  # [[logprob, token_id, text|None], ...]
+OUTPUT_TOP_LOGPROBS = "output_top_logprobs"
+INPUT_TOKEN_LOGPROBS = "input_token_logprobs"
+
+# finish_reason shapes: {"type": "length", "length": N} | {"type": "stop", "matched": x}
+#                       | {"type": "abort", "message": str}
+FINISH_LENGTH = "length"
+FINISH_STOP = "stop"
+FINISH_ABORT = "abort"
+
+# --- PD disaggregation ---------------------------------------------------------------------------
+# A prefill request whose bootstrap_host is this address has no decode peer: SGLang prefills it
+# with a FakeKVSender and transfers nothing. We use it for prefill-only warm-ups.
+FAKE_BOOTSTRAP_HOST = "2.2.2.2"
+DISAGG_MODES = ("null", "prefill", "decode")
+DEFAULT_BOOTSTRAP_PORT = 8998
+MAX_BOOTSTRAP_ROOM = 2**63 - 1
+# rid prefix of our warm-ups; the real-SGLang patch keys radix insertion on it (0.5.11+).
+WARMUP_RID_PREFIX = "moa-warm-"
+
+# Our one added verb, served by both backends: a prefill-only warm-up with a JSON reply.
+PREFILL_ONLY_PATH = "/prefill_only"
+
+# --- SSE framing ---------------------------------------------------------------------------------
+SSE_DATA_PREFIX = "data: "
+SSE_DONE = "[DONE]"
+SSE_CONTENT_TYPE = "text/event-stream"
+
+
+def sse_event(payload: dict) -> bytes:
+    """One server-sent event in SGLang's framing."""
+    return f"{SSE_DATA_PREFIX}{json.dumps(payload, ensure_ascii=False)}\n\n".encode()
+
+
+def sse_done() -> bytes:
+    return f"{SSE_DATA_PREFIX}{SSE_DONE}\n\n".encode()
+
+
+def parse_sse_line(line: str) -> dict | None:
+    """Parse one `data: ...` line; None for blank lines, comments and the [DONE] marker."""
+    line = line.strip()
+    if not line.startswith(SSE_DATA_PREFIX.strip()):
+        return None
+    body = line[len(SSE_DATA_PREFIX.strip()):].strip()
+    if body == SSE_DONE or not body:
+        return None
+    return json.loads(body)
+
+
+def new_bootstrap_room(dp_rank: int = 0, dp_size: int = 1, rng: random.Random | None = None) -> int:
+    """A random 63-bit room that lands on `dp_rank` (SGLang picks the rank as room % dp_size)."""
+    r = (rng or random).randrange(0, MAX_BOOTSTRAP_ROOM // max(dp_size, 1))
+    return r * max(dp_size, 1) + dp_rank
+
+
+def error_body(message: str, status: int) -> dict:
+    """The JSON error body SGLang returns (OpenAI style)."""
+    return {"error": {"message": message, "code": status}, "object": "error", "message": message}
+
+
+# --- /prefill_only reply (our verb; both backends) -----------------------------------------------
+# {rid, prompt_tokens, cached_tokens, e2e_latency, elapsed_s}: e2e_latency is the server's own
+# figure when it reports one, elapsed_s the wall time the route measured around the generate call.
+ELAPSED_S = "elapsed_s"
