@@ -1,0 +1,105 @@
+"""`moa-pd up` and `moa-pd down`: bring a deployment up from configs, and stop it."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+from launch.procs import LaunchError
+from launch.stack import Stack, down_run_dir
+from router.config_loader import load_config, resolve_config_path
+
+console = Console(stderr=True)
+
+
+def default_run_dir() -> Path:
+    return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
+
+
+def make_stack(config_names: list[str], backend: str, run_dir: Path, host: str) -> Stack:
+    paths = [str(resolve_config_path(c)) for c in config_names]
+    configs = [load_config(p) for p in paths]
+    gpu_ids = None
+    if backend == "sglang":
+        from launch.gpus import assign_gpus, free_memory_by_gpu
+
+        n = sum(m.workers.prefill + m.workers.decode
+                for m in {k: v for c in configs for k, v in c.models.items()}.values())
+        gpu_ids = assign_gpus(n, free_memory_by_gpu())
+    return Stack(configs, paths, backend, run_dir, host=host, gpu_ids=gpu_ids)
+
+
+def bring_up(stack: Stack) -> dict:
+    """Start the stack with a live status line per ready process."""
+    with console.status("starting workers...") as status:
+        def ready(proc) -> None:
+            console.print(f"  [green]ready[/green] {proc.spec.name} ({proc.spec.health_url})")
+            status.update(f"waiting for the rest (started {len(stack.procs)})...")
+
+        cluster = stack.up(on_ready=ready)
+    console.print(f"cluster up: {stack.cluster_path}; logs in {stack.run_dir / 'logs'}")
+    return cluster
+
+
+def _cmd_up(args: argparse.Namespace) -> int:
+    stack = make_stack(args.config, args.backend, Path(args.run_dir or default_run_dir()),
+                       args.host)
+    try:
+        cluster = bring_up(stack)
+    except LaunchError as e:
+        console.print(f"[red]error:[/red] {e}")
+        return 1
+    console.print(f"shell router: {cluster['shell_router_url']}")
+    if args.detach:
+        stack.procs.clear()  # leave them running; `moa-pd down --run-dir` stops them
+        console.print(f"detached; stop with: moa-pd down --run-dir {stack.run_dir}")
+        return 0
+    console.print("serving; Ctrl-C stops every process started here")
+    signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        while all(p.popen.poll() is None for p in stack.procs):
+            time.sleep(1.0)
+        dead = next(p for p in stack.procs if p.popen.poll() is not None)
+        console.print(f"[red]{dead.spec.name} exited[/red]; last lines of its log:\n"
+                      f"{dead.log_tail()}")
+        return 1
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        console.print("stopping...")
+        stack.down()
+
+
+def _interrupt(signum, frame) -> None:
+    """SIGTERM on `up` stops the deployment the same way Ctrl-C does."""
+    raise KeyboardInterrupt
+
+
+def _cmd_down(args: argparse.Namespace) -> int:
+    try:
+        names = down_run_dir(Path(args.run_dir))
+    except LaunchError as e:
+        console.print(f"[red]error:[/red] {e}")
+        return 2
+    console.print(f"stopped {len(names)} processes: {', '.join(names)}")
+    return 0
+
+
+def register(sub) -> None:
+    p = sub.add_parser("up", help="start workers, native routers and the shell router")
+    p.add_argument("--config", action="append", required=True,
+                   help="topology config (path or name); repeat for several")
+    p.add_argument("--backend", choices=["torch", "sglang"], default="torch")
+    p.add_argument("--run-dir", help="where cluster.json and logs go (default runs/<time>)")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--detach", action="store_true",
+                   help="return once healthy, leave the processes running")
+    p.set_defaults(func=_cmd_up)
+
+    p = sub.add_parser("down", help="stop what `moa-pd up --detach` started")
+    p.add_argument("--run-dir", required=True)
+    p.set_defaults(func=_cmd_down)

@@ -1,0 +1,155 @@
+"""Child processes of a deployment: start each in its own process group with a log file, wait
+for health, stop by process group. Only what we started is ever signalled."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+class LaunchError(RuntimeError):
+    """A deployment could not start; the message says which process and why."""
+
+
+@dataclass(slots=True)
+class ProcSpec:
+    name: str  # e.g. "smollm2.prefill0"
+    argv: list[str]
+    health_url: str | None
+    env: dict[str, str] = field(default_factory=dict)
+    ports: list[int] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class Proc:
+    spec: ProcSpec
+    popen: subprocess.Popen
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "(no log)"
+        return "\n".join(text[-lines:])
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def start(spec: ProcSpec, log_dir: Path) -> Proc:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{spec.name}.log"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **spec.env}
+    with open(log_path, "ab") as out:
+        out.write(f"$ {' '.join(spec.argv)}\n".encode())
+        out.flush()
+        # start_new_session: its own process group, so `down` can stop it and its children
+        # without touching anything else, and Ctrl-C in our terminal reaches only us.
+        popen = subprocess.Popen(spec.argv, stdout=out, stderr=subprocess.STDOUT, env=env,
+                                 stdin=subprocess.DEVNULL, start_new_session=True)
+    log.info("started %s (pid %d), log %s", spec.name, popen.pid, log_path)
+    return Proc(spec, popen, log_path)
+
+
+def healthy(url: str, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:
+            return resp.status == 200
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def wait_healthy(procs: list[Proc], timeout_s: float,
+                 on_ready: Callable[[Proc], None] | None = None) -> None:
+    """Block until every proc answers 200 on its health URL; fail fast if one exits."""
+    pending = [p for p in procs if p.spec.health_url]
+    deadline = time.monotonic() + timeout_s
+    while pending:
+        for p in list(pending):
+            if p.popen.poll() is not None:
+                raise LaunchError(
+                    f"{p.spec.name} exited with code {p.popen.returncode} during start-up; "
+                    f"last lines of {p.log_path}:\n{p.log_tail()}"
+                )
+            if healthy(p.spec.health_url):
+                pending.remove(p)
+                if on_ready:
+                    on_ready(p)
+        if pending and time.monotonic() > deadline:
+            names = ", ".join(p.spec.name for p in pending)
+            tail = pending[0]
+            raise LaunchError(
+                f"not healthy after {timeout_s:.0f} s: {names}; last lines of "
+                f"{tail.log_path}:\n{tail.log_tail()}"
+            )
+        time.sleep(0.25)
+
+
+def stop_group(pid: int, grace_s: float = 10.0) -> None:
+    """SIGTERM the process group led by pid, then SIGKILL what is left after grace_s."""
+    try:
+        os.killpg(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        return
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(pid, 0)
+        except ProcessLookupError:
+            return
+        _reap(pid)
+        time.sleep(0.1)
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        pass
+
+
+def write_pidfile(path: Path, procs: list[Proc]) -> None:
+    rows = [{"name": p.spec.name, "pid": p.pid, "log": str(p.log_path),
+             "argv": p.spec.argv} for p in procs]
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rows, indent=2))
+    tmp.replace(path)
+
+
+def spec_dict(spec: ProcSpec) -> dict:
+    return asdict(spec)

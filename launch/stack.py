@@ -1,0 +1,222 @@
+"""A deployment built from topology configs: per model its prefill and decode workers and a native
+sglang-router in PD mode, plus one shell router. `Stack` starts it, writes `cluster.json` (every
+endpoint) and stops exactly what it started."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from launch.procs import LaunchError, Proc, ProcSpec, start, stop_group, wait_healthy, free_port
+from launch.procs import port_in_use, write_pidfile
+from launch.worker_cmd import worker_argv
+from router.config import ModelSpec, TopologyConfig
+
+log = logging.getLogger(__name__)
+PY = sys.executable
+
+
+@dataclass(slots=True)
+class ModelPlan:
+    """Endpoints of one model's PD deployment."""
+
+    name: str
+    spec: ModelSpec
+    model_path: str  # resolved: a local HF directory (torch) or what SGLang loads (sglang)
+    tokenizer_path: str
+    prefill_ports: list[int] = field(default_factory=list)
+    bootstrap_ports: list[int] = field(default_factory=list)
+    decode_ports: list[int] = field(default_factory=list)
+    router_port: int = 0
+
+    def cluster_entry(self, host: str) -> dict:
+        return {
+            "router_url": f"http://{host}:{self.router_port}",
+            "prefill_urls": [f"http://{host}:{p}" for p in self.prefill_ports],
+            "decode_urls": [f"http://{host}:{p}" for p in self.decode_ports],
+            "bootstrap_ports": list(self.bootstrap_ports),
+            "model_path": self.model_path,
+            "tokenizer_path": self.tokenizer_path,
+        }
+
+
+def merge_models(configs: list[TopologyConfig]) -> dict[str, ModelSpec]:
+    """The models of all configs; one name must mean one model everywhere."""
+    models: dict[str, ModelSpec] = {}
+    for cfg in configs:
+        for name, spec in cfg.models.items():
+            if name in models and models[name] != spec:
+                raise LaunchError(
+                    f"model '{name}' is defined differently in two configs ({cfg.name} and an "
+                    "earlier one); give the two models different names"
+                )
+            models[name] = spec
+    return models
+
+
+def resolve_model(spec: ModelSpec, backend: str) -> tuple[str, str]:
+    """(model_path, tokenizer_path) as local paths, or a clear error before anything starts."""
+    if backend == "torch":
+        from sglang_ext.engine.model_store import resolve_model_path
+
+        try:
+            path = resolve_model_path(spec.model_path)
+        except (FileNotFoundError, ValueError) as e:
+            raise LaunchError(str(e)) from None
+        tokenizer = resolve_model_path(spec.tokenizer_path) if spec.tokenizer_path else path
+        return path, tokenizer
+    # SGLang resolves HF ids itself (from a local HF cache on GPU nodes); only check local paths.
+    path = spec.model_path
+    if path.startswith(("/", ".")) and not Path(path).exists():
+        raise LaunchError(f"model path '{path}' does not exist; fix models.*.model_path")
+    return path, spec.tokenizer_path or path
+
+
+class Stack:
+    def __init__(self, configs: list[TopologyConfig], config_paths: list[str], backend: str,
+                 run_dir: Path, host: str = "127.0.0.1", gpu_ids: list[int] | None = None,
+                 startup_timeout_s: float = 600.0):
+        self.configs, self.config_paths = configs, config_paths
+        self.backend, self.run_dir, self.host = backend, Path(run_dir), host
+        self.gpu_ids = gpu_ids
+        self.startup_timeout_s = startup_timeout_s
+        self.procs: list[Proc] = []
+        self.models: dict[str, ModelPlan] = {}
+        self.shell_router_port = 0
+
+    # --- planning --------------------------------------------------------------------------------
+    def plan(self) -> None:
+        for name, spec in merge_models(self.configs).items():
+            path, tok = resolve_model(spec, self.backend)
+            m = ModelPlan(name, spec, path, tok)
+            m.prefill_ports = [free_port(self.host) for _ in range(spec.workers.prefill)]
+            m.bootstrap_ports = [free_port(self.host) for _ in range(spec.workers.prefill)]
+            m.decode_ports = [free_port(self.host) for _ in range(spec.workers.decode)]
+            m.router_port = free_port(self.host)
+            self.models[name] = m
+        self.shell_router_port = free_port(self.host)
+
+    def worker_specs(self) -> list[ProcSpec]:
+        specs = []
+        gpus = iter(self.gpu_ids or [])
+        for m in self.models.values():
+            roles = [("prefill", i, port, m.bootstrap_ports[i])
+                     for i, port in enumerate(m.prefill_ports)]
+            roles += [("decode", i, port, None) for i, port in enumerate(m.decode_ports)]
+            for role, i, port, bport in roles:
+                gpu = next(gpus, None) if self.backend == "sglang" else None
+                argv = worker_argv(self.backend, m.model_path, m.spec, role, self.host, port,
+                                   bport, m.tokenizer_path, gpu)
+                specs.append(ProcSpec(f"{m.name}.{role}{i}", argv,
+                                      f"http://{self.host}:{port}/health",
+                                      ports=[port] + ([bport] if bport else [])))
+        return specs
+
+    def router_specs(self) -> list[ProcSpec]:
+        specs = []
+        for m in self.models.values():
+            argv = [PY, "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+            for port, bport in zip(m.prefill_ports, m.bootstrap_ports):
+                argv += ["--prefill", f"http://{self.host}:{port}", str(bport)]
+            for port in m.decode_ports:
+                argv += ["--decode", f"http://{self.host}:{port}"]
+            argv += ["--host", self.host, "--port", str(m.router_port),
+                     "--prometheus-port", str(free_port(self.host)),
+                     "--health-check-interval-secs", "5", "--log-level", "warn"]
+            specs.append(ProcSpec(f"{m.name}.router", argv,
+                                  f"http://{self.host}:{m.router_port}/health",
+                                  ports=[m.router_port]))
+        return specs
+
+    def shell_router_spec(self) -> ProcSpec:
+        argv = [PY, "-m", "router", "--cluster", str(self.cluster_path),
+                "--host", self.host, "--port", str(self.shell_router_port)]
+        for path in self.config_paths:
+            argv += ["--config", path]
+        return ProcSpec("shell_router", argv,
+                        f"http://{self.host}:{self.shell_router_port}/health",
+                        ports=[self.shell_router_port])
+
+    # --- running ---------------------------------------------------------------------------------
+    @property
+    def cluster_path(self) -> Path:
+        return self.run_dir / "cluster.json"
+
+    def cluster(self) -> dict:
+        return {
+            "backend": self.backend,
+            "host": self.host,
+            "models": {n: m.cluster_entry(self.host) for n, m in self.models.items()},
+            "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
+            "configs": self.config_paths,
+        }
+
+    def up(self, on_ready=None) -> dict:
+        """Start everything in dependency order; on any failure stop what started, then raise."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.plan()
+        try:
+            for phase in (self.worker_specs(), self.router_specs()):
+                self._start_phase(phase, on_ready)
+            self._write_cluster()
+            self._start_phase([self.shell_router_spec()], on_ready)
+        except BaseException:
+            self.down()
+            raise
+        return self.cluster()
+
+    def _start_phase(self, specs: list[ProcSpec], on_ready) -> None:
+        for spec in specs:
+            busy = [p for p in spec.ports if port_in_use(p, self.host)]
+            if busy:
+                raise LaunchError(f"port {busy[0]} for {spec.name} is already in use on "
+                                  f"{self.host}; stop what holds it or retry")
+        started = [start(s, self.run_dir / "logs") for s in specs]
+        self.procs += started
+        write_pidfile(self.run_dir / "processes.json", self.procs)
+        wait_healthy(started, self.startup_timeout_s, on_ready)
+
+    def _write_cluster(self) -> None:
+        tmp = self.cluster_path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(self.cluster(), indent=2))
+        tmp.replace(self.cluster_path)
+
+    def down(self) -> None:
+        for p in reversed(self.procs):
+            stop_group(p.pid)
+        self.procs.clear()
+        pidfile = self.run_dir / "processes.json"
+        if pidfile.exists():
+            pidfile.unlink()
+
+    def __enter__(self) -> "Stack":
+        self.up()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.down()
+
+
+def down_run_dir(run_dir: Path) -> list[str]:
+    """Stop the processes a detached `moa-pd up` recorded in run_dir; returns their names."""
+    pidfile = Path(run_dir) / "processes.json"
+    if not pidfile.exists():
+        raise LaunchError(f"{pidfile} not found: nothing was started with --run-dir {run_dir}")
+    rows = json.loads(pidfile.read_text())
+    for row in reversed(rows):
+        # A pid can be reused after a reboot: signal it only if it still runs what we started.
+        if _cmdline(row["pid"]) == row["argv"]:
+            stop_group(row["pid"])
+    pidfile.unlink()
+    return [r["name"] for r in rows]
+
+
+def _cmdline(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return raw.rstrip(b"\0").decode(errors="replace").split("\0")

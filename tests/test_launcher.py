@@ -1,0 +1,120 @@
+"""Launcher pieces that need no model: command lines, GPU choice, start-up faults, `down`."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from launch.gpus import assign_gpus, parse_nvidia_smi
+from launch.procs import LaunchError, ProcSpec, start, stop_group, wait_healthy
+from launch.stack import Stack, down_run_dir, merge_models
+from launch.worker_cmd import server_arg_flags, worker_argv
+from router.config import ModelSpec
+from router.config_loader import load_config
+
+
+def test_server_args_become_sglang_flags():
+    flags = server_arg_flags({"mem_fraction_static": 0.8, "enable_metrics": True,
+                              "disable_radix_cache": False, "schedule_conservativeness": 0.3})
+    assert flags == ["--mem-fraction-static", "0.8", "--enable-metrics",
+                     "--schedule-conservativeness", "0.3"]
+
+
+def test_worker_argv_prefill_and_decode():
+    spec = ModelSpec(model_path="m", server_args={"torch": {"page_size": 16}})
+    argv = worker_argv("torch", "/models/m", spec, "prefill", "127.0.0.1", 30000, 8998)
+    joined = " ".join(argv)
+    assert "-m sglang_ext.launch_server --backend torch --model-path /models/m" in joined
+    assert "--disaggregation-mode prefill --disaggregation-transfer-backend nixl" in joined
+    assert "--disaggregation-bootstrap-port 8998" in joined and argv[-2:] == ["--page-size", "16"]
+    argv = worker_argv("sglang", "Qwen/Qwen3-0.6B", spec, "decode", "127.0.0.1", 30001, None,
+                       gpu_id=3)
+    assert "--disaggregation-bootstrap-port" not in argv and argv[-2:] == ["--base-gpu-id", "3"]
+
+
+def test_gpu_assignment_prefers_free_memory():
+    free = parse_nvidia_smi("0, 1000\n1, 80000\n2, 50000\n")
+    assert assign_gpus(2, free) == [1, 2]
+    with pytest.raises(LaunchError, match="needs 4 GPUs .* 3 are visible"):
+        assign_gpus(4, free)
+
+
+def test_configs_sharing_a_model_merge_and_conflicts_fail():
+    tree, dense = load_config("tree_9_3_1_cpu"), load_config("all_to_all_9_9_1_cpu")
+    assert list(merge_models([tree, dense])) == ["smollm2"]
+    other = tree.model_copy(update={"models": {"smollm2": ModelSpec(model_path="/elsewhere")}})
+    with pytest.raises(LaunchError, match="defined differently"):
+        merge_models([tree, other])
+
+
+def test_worker_dying_at_startup_shows_its_log_tail(tmp_path):
+    spec = ProcSpec("dies", [sys.executable, "-c", "print('loading weights'); "
+                             "raise SystemExit('model file is corrupt')"],
+                    "http://127.0.0.1:9/health")
+    proc = start(spec, tmp_path)
+    with pytest.raises(LaunchError) as info:
+        wait_healthy([proc], timeout_s=20)
+    msg = str(info.value)
+    assert "dies exited with code 1 during start-up" in msg
+    assert "model file is corrupt" in msg and "loading weights" in msg
+
+
+def test_health_timeout_names_the_process(tmp_path):
+    spec = ProcSpec("sleeper", [sys.executable, "-c", "import time; time.sleep(30)"],
+                    "http://127.0.0.1:9/health")
+    proc = start(spec, tmp_path)
+    try:
+        with pytest.raises(LaunchError, match="not healthy after 1 s: sleeper"):
+            wait_healthy([proc], timeout_s=1)
+    finally:
+        stop_group(proc.pid)
+    assert proc.popen.poll() is not None
+
+
+def test_port_in_use_is_a_clear_error(tmp_path):
+    stack = Stack([], [], "torch", tmp_path)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        spec = ProcSpec("w", [sys.executable, "-c", "pass"], None, ports=[port])
+        with pytest.raises(LaunchError, match=f"port {port} for w is already in use"):
+            stack._start_phase([spec], None)
+    assert stack.procs == []
+
+
+def test_down_stops_what_up_started_and_nothing_else(tmp_path):
+    ours = start(ProcSpec("ours", [sys.executable, "-c", "import time; time.sleep(60)"], None),
+                 tmp_path)
+    stranger = start(ProcSpec("stranger", [sys.executable, "-c", "import time; time.sleep(60)"],
+                              None), tmp_path)
+    rows = [{"name": "ours", "pid": ours.pid, "log": "", "argv": ours.spec.argv},
+            # A recorded pid whose command line no longer matches (pid reuse) is left alone.
+            {"name": "reused", "pid": stranger.pid, "log": "", "argv": ["something", "else"]}]
+    (tmp_path / "processes.json").write_text(json.dumps(rows))
+    try:
+        assert down_run_dir(tmp_path) == ["ours", "reused"]
+        deadline = time.monotonic() + 5
+        while ours.popen.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert ours.popen.poll() is not None
+        assert stranger.popen.poll() is None
+    finally:
+        stop_group(stranger.pid)
+    assert not (tmp_path / "processes.json").exists()
+    with pytest.raises(LaunchError, match="nothing was started"):
+        down_run_dir(tmp_path)
+
+
+def test_missing_model_path_fails_before_anything_starts(tmp_path):
+    cfg = load_config("tree_3_1_cpu")
+    bad = cfg.model_copy(update={"models": {"smollm2": ModelSpec(model_path="/no/such/model")}})
+    stack = Stack([bad], [], "torch", tmp_path)
+    with pytest.raises(LaunchError, match="/no/such/model"):
+        stack.up()
+    assert stack.procs == [] and not Path(tmp_path / "processes.json").exists()
