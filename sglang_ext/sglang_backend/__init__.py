@@ -1,0 +1,5 @@
+"""The real-SGLang backend: the patched worker entry, PD-pair command lines, and their runner.
+
+`python -m sglang_ext.launch_server --backend sglang ...` runs one worker (`worker.py`);
+`python -m sglang_ext.sglang_backend ...` starts a prefill + decode pair and its sglang-router.
+"""
