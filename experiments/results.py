@@ -1,0 +1,174 @@
+"""The results row schema and `results.jsonl` I/O: an append-and-fsync writer the runner calls per
+finished (sample, setting), a reader for summaries and figures, and `completed_keys` for --resume.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+log = logging.getLogger(__name__)
+
+
+class ResultsError(ValueError):
+    """A results file that cannot be read or a row that does not fit the schema."""
+
+
+class AgentTrace(BaseModel):
+    """One agent's entry in a row's `agents` trace (the shell router's per-agent record)."""
+
+    model_config = ConfigDict(extra="allow", protected_namespaces=())
+
+    model: str
+    output_ids: list[int] = []
+    text: str = ""
+    start_s: float | None = None
+    first_token_s: float | None = None
+    end_s: float | None = None
+    warmups: int = 0
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
+    slot_order: list[str] = []  # precursor ids in the order spliced; empty for a first-layer agent
+    killed: bool = False
+
+
+class EarlyExitRecord(BaseModel):
+    """One early-exit decision (router.early_exit.Decision.to_record())."""
+
+    model_config = ConfigDict(extra="allow")
+
+    cluster: str
+    completed: list[str] = []
+    c_bar: float | None = None
+    p: float | None = None
+    b: float | None = None
+    q: float | None = None
+    u: float | None = None
+    exited: bool = False
+    killed: list[str] = []
+    seconds: float = 0.0
+
+
+class ResultRow(BaseModel):
+    """One (sample, setting) result. Extra keys (final_text, ...) are kept as they are."""
+
+    model_config = ConfigDict(extra="allow")
+
+    sample_id: str
+    dataset: str
+    setting: int = Field(ge=1, le=4)
+    answer: str | None = None
+    gold: str | None = None
+    correct: bool | None = None  # None: not gradable (or the run failed)
+    e2e_s: float = Field(ge=0.0)
+    agents: dict[str, AgentTrace] = {}
+    early_exit: list[EarlyExitRecord] = []
+    error: str | None = None
+    config: str | None = None
+    mode: str | None = None
+    chunk_policy: str | None = None
+
+    @field_validator("sample_id", "answer", "gold", mode="before")
+    @classmethod
+    def _numbers_as_text(cls, v: Any) -> Any:
+        # Datasets store some ids and gold answers as JSON numbers; compare them as text.
+        return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
+
+    @property
+    def key(self) -> tuple[str, int]:
+        """The --resume key, as experiments.run uses it: (sample_id, setting)."""
+        return (self.sample_id, self.setting)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def validate_row(row: ResultRow | dict, where: str = "row") -> ResultRow:
+    if isinstance(row, ResultRow):
+        return row
+    try:
+        return ResultRow.model_validate(row)
+    except ValidationError as e:
+        first = e.errors()[0]
+        path = ".".join(str(p) for p in first["loc"]) or "$"
+        raise ResultsError(f"{where}: {path}: {first['msg']}") from None
+
+
+class ResultsWriter:
+    """Appends rows to a JSONL file, one line per call, flushed and fsynced before returning, so
+    a crash or Ctrl-C loses at most the row being written. Opening repairs a torn last line."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._lock = threading.Lock()
+        _drop_torn_tail(self.path)
+
+    def append(self, row: ResultRow | dict) -> None:
+        checked = validate_row(row, f"results row for {self.path}")
+        data = row if isinstance(row, dict) else checked.model_dump(mode="json")
+        line = json.dumps(data, ensure_ascii=False, allow_nan=False) + "\n"
+        with self._lock, open(self.path, "a", encoding="utf-8") as f:
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+
+def _drop_torn_tail(path: Path) -> None:
+    """Cut a last line without its newline (a write cut short) so the next row starts clean."""
+    if not path.exists() or path.stat().st_size == 0:
+        return
+    with open(path, "rb+") as f:
+        data = f.read()
+        if data.endswith(b"\n"):
+            return
+        keep = data.rfind(b"\n") + 1
+        log.warning("%s: dropping a torn last line (%d bytes) before appending",
+                    path, len(data) - keep)
+        f.truncate(keep)
+
+
+def read_results(path: str | Path) -> list[ResultRow]:
+    """All rows of a results file, in file order; when a key repeats (a --resume retry of a
+    failed row), the later row replaces the earlier. A torn last line is skipped with a warning;
+    a bad line anywhere else is an error naming the line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except FileNotFoundError:
+        raise ResultsError(f"{path}: no such results file; run `moa-pd run --out DIR` first, "
+                           "or point at the folder holding results.jsonl") from None
+    last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
+    rows: dict[tuple[str, str, int], ResultRow] = {}
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except json.JSONDecodeError as e:
+            if i == last:
+                log.warning("%s:%d: skipping a torn last line (%s)", path, i + 1, e.msg)
+                continue
+            raise ResultsError(f"{path}:{i + 1}: not valid JSON ({e.msg}); "
+                               "fix or delete that line") from None
+        row = validate_row(raw, f"{path}:{i + 1}")
+        key = (row.dataset, *row.key)
+        rows.pop(key, None)  # re-insert so a retried row takes the later position
+        rows[key] = row
+    return list(rows.values())
+
+
+def completed_keys(path: str | Path, retry_errors: bool = True) -> set[tuple[str, int]]:
+    """(sample_id, setting) pairs already in the file, for --resume. Rows that failed are left
+    out by default, so a resumed run tries them again (the retry's row then wins on read)."""
+    path = Path(path)
+    if not path.exists():
+        return set()
+    return {r.key for r in read_results(path) if r.ok or not retry_errors}

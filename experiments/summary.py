@@ -1,0 +1,163 @@
+"""Per-(dataset, setting) statistics from results rows, and `summary.json`.
+
+Called by the runner at the end of a run (`summarize_run`), by `moa-pd plot` and by sweeps.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from experiments.results import ResultRow, read_results
+from router.early_exit import activation_percentage
+
+log = logging.getLogger(__name__)
+
+REFERENCE_SETTINGS = (1, 2)
+
+
+@dataclass(slots=True)
+class SettingSummary:
+    """The numbers of one setting on one dataset. Latency fields cover rows without an error;
+    `latency_vs_R_median` is the median of per-sample ratios e2e(s)/e2e(#R) over samples both
+    settings ran without error, `latency_vs_R_mean` the ratio of the two means over those same
+    samples. None where a number cannot be computed (no reference rows, nothing graded)."""
+
+    dataset: str
+    setting: int
+    n: int  # rows, failed ones included
+    errors: int
+    graded: int  # rows with correct true/false
+    accuracy: float | None
+    accuracy_se: float | None  # binomial standard error sqrt(p(1-p)/graded)
+    latency_mean_s: float | None
+    latency_median_s: float | None
+    latency_p90_s: float | None
+    latency_vs_1_median: float | None
+    latency_vs_1_mean: float | None
+    latency_vs_2_median: float | None
+    latency_vs_2_mean: float | None
+    activation_pct: dict[str, float] = field(default_factory=dict)
+    ee_overhead_share: float | None = None  # Σ decision seconds / Σ e2e_s
+    ee_seconds_mean: float | None = None
+    warmups_per_sample: float | None = None
+    cached_token_ratio: float | None = None  # Σ cached / Σ prompt over agents with a precursor
+    config: str | None = None
+    chunk_policy: str | None = None
+
+
+def per_sample_ratios(rows: Sequence[ResultRow], dataset: str, setting: int,
+                      ref: int) -> list[tuple[float, float]]:
+    """(e2e of `setting`, e2e of `ref`) for every sample of `dataset` both ran without error."""
+    by_key = {(r.sample_id, r.setting): r.e2e_s for r in rows if r.dataset == dataset and r.ok}
+    return [(by_key[(sid, setting)], by_key[(sid, ref)])
+            for (sid, s) in by_key if s == setting and (sid, ref) in by_key]
+
+
+def activation(rows: Sequence[ResultRow]) -> dict[str, float]:
+    """Per-model activation %, as router.early_exit.activation_percentage defines it: the share
+    of that model's planned agent runs (samples × its agents) that ran to completion and were
+    not killed by early exit; an agent with no trace entry (a bypassed successor) or marked
+    `skipped` is not activated. Failed rows are left out."""
+    traces = [{aid: a.model_dump() for aid, a in r.agents.items()} for r in rows if r.ok]
+    return activation_percentage(traces) if traces else {}
+
+
+def _latency_vs(rows: Sequence[ResultRow], dataset: str, setting: int,
+                ref: int) -> tuple[float | None, float | None]:
+    pairs = [(a, b) for a, b in per_sample_ratios(rows, dataset, setting, ref) if b > 0]
+    if not pairs:
+        return None, None
+    own, base = np.array(pairs).T
+    return float(np.median(own / base)), float(own.mean() / base.mean())
+
+
+def _single(values: set[str | None], what: str, dataset: str, setting: int) -> str | None:
+    if len(values) > 1:
+        log.warning("dataset %s setting %d mixes %s values %s; the summary pools them",
+                    dataset, setting, what, sorted(map(str, values)))
+    return next(iter(values)) if len(values) == 1 else None
+
+
+def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int) -> SettingSummary:
+    """`rows` are every row of the run: the normalizations need the reference settings' rows."""
+    mine = [r for r in rows if r.dataset == dataset and r.setting == setting]
+    ok = [r for r in mine if r.ok]
+    graded = [bool(r.correct) for r in mine if r.correct is not None]
+    acc = sum(graded) / len(graded) if graded else None
+    lat = np.array([r.e2e_s for r in ok], dtype=np.float64)
+    vs = {ref: _latency_vs(rows, dataset, setting, ref) for ref in REFERENCE_SETTINGS}
+    ee_seconds = [sum(d.seconds for d in r.early_exit) for r in ok]
+    has_ee = any(r.early_exit for r in ok)  # settings without early exit show "-", not 0%
+    total_e2e = float(lat.sum()) if lat.size else 0.0
+    with_precursor = [a for r in ok for a in r.agents.values() if a.slot_order]
+    prompt = sum(a.prompt_tokens for a in with_precursor)
+    return SettingSummary(
+        dataset=dataset,
+        setting=setting,
+        n=len(mine),
+        errors=len(mine) - len(ok),
+        graded=len(graded),
+        accuracy=acc,
+        accuracy_se=math.sqrt(acc * (1 - acc) / len(graded)) if graded else None,
+        latency_mean_s=float(lat.mean()) if lat.size else None,
+        latency_median_s=float(np.median(lat)) if lat.size else None,
+        latency_p90_s=float(np.percentile(lat, 90)) if lat.size else None,
+        latency_vs_1_median=vs[1][0],
+        latency_vs_1_mean=vs[1][1],
+        latency_vs_2_median=vs[2][0],
+        latency_vs_2_mean=vs[2][1],
+        activation_pct=activation(mine),
+        ee_overhead_share=sum(ee_seconds) / total_e2e if has_ee and total_e2e > 0 else None,
+        ee_seconds_mean=float(np.mean(ee_seconds)) if has_ee else None,
+        warmups_per_sample=(float(np.mean([sum(a.warmups for a in r.agents.values())
+                                           for r in ok])) if ok else None),
+        cached_token_ratio=(sum(a.cached_tokens for a in with_precursor) / prompt
+                            if prompt else None),
+        config=_single({r.config for r in mine}, "config", dataset, setting),
+        chunk_policy=_single({r.chunk_policy for r in mine}, "chunk_policy", dataset, setting),
+    )
+
+
+def summarize(rows: Sequence[ResultRow]) -> list[SettingSummary]:
+    """One SettingSummary per (dataset, setting) present, sorted by dataset then setting."""
+    groups = sorted({(r.dataset, r.setting) for r in rows})
+    return [summarize_setting(rows, d, s) for d, s in groups]
+
+
+def summary_document(summaries: Sequence[SettingSummary], source: str) -> dict:
+    return {
+        "results": source,
+        "latency_normalization": (
+            "latency_vs_R_median: median over samples of e2e(setting)/e2e(#R); "
+            "latency_vs_R_mean: mean e2e(setting) / mean e2e(#R); both over the samples that "
+            "both settings ran without error"),
+        "activation_pct": (
+            "per model: % of its planned agent runs (samples x its agents) that completed and "
+            "were not killed by early exit; failed rows left out"),
+        "settings": [asdict(s) for s in summaries],
+    }
+
+
+def write_summary(summaries: Sequence[SettingSummary], path: str | Path, source: str) -> None:
+    Path(path).write_text(json.dumps(summary_document(summaries, source), indent=2) + "\n",
+                          encoding="utf-8")
+
+
+def summarize_run(run_dir: str | Path, print_table: bool = True) -> dict:
+    """Read RUN_DIR/results.jsonl, write RUN_DIR/summary.json, print the comparison table;
+    returns the summary.json document."""
+    run_dir = Path(run_dir)
+    summaries = summarize(read_results(run_dir / "results.jsonl"))
+    write_summary(summaries, run_dir / "summary.json", "results.jsonl")
+    if print_table:
+        from experiments.summary_table import print_table as show
+
+        show(summaries)
+    return summary_document(summaries, "results.jsonl")

@@ -1,0 +1,126 @@
+"""The `moa-pd sweep SPEC.json` file: its pydantic schema, loading with errors that name the JSON
+path, and the chunk-policy override written into a copy of a topology config."""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from router.config_loader import ConfigError, config_from_dict, resolve_config_path
+
+
+class SweepSpec(BaseModel):
+    """configs × datasets × chunk_policies runs, each running `settings` on the same questions.
+
+    A chunk policy is "config" (as the config says), "adaptive", or "fixed:N" (N-token chunks).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    configs: list[str] = Field(min_length=1, description="tree configs (settings 2-4)")
+    dense_config: str | None = Field(None, description="all-to-all config for setting 1")
+    datasets: list[str] = Field(min_length=1)
+    settings: list[int] = [1, 2, 3, 4]
+    chunk_policies: list[str] = ["config"]
+    num_samples: int | None = Field(None, gt=0)
+    concurrency: int = Field(1, gt=0)
+    out: str
+    backend: Literal["torch", "sglang"] = "torch"
+    cluster: str | None = Field(None, description="an existing deployment's cluster.json")
+
+    @field_validator("settings")
+    @classmethod
+    def _settings(cls, v: list[int]) -> list[int]:
+        bad = [s for s in v if s not in (1, 2, 3, 4)]
+        if bad or not v:
+            raise ValueError(f"settings are numbers 1-4 (paper settings #1-#4), got {v}")
+        return list(dict.fromkeys(v))
+
+    @field_validator("chunk_policies")
+    @classmethod
+    def _policies(cls, v: list[str]) -> list[str]:
+        for p in v:
+            parse_chunk_policy(p)
+        return list(dict.fromkeys(v))
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SweepSpec:
+        if 1 in self.settings and not self.dense_config:
+            raise ValueError("setting 1 (dense all-to-all) needs 'dense_config'; add it or drop "
+                             "1 from 'settings'")
+        if self.cluster and self.chunk_policies != ["config"]:
+            raise ValueError("'chunk_policies' rewrites configs, which needs a fresh deployment "
+                             "per run; drop 'cluster' or leave 'chunk_policies' out")
+        return self
+
+
+def parse_chunk_policy(text: str) -> tuple[str, int | None] | None:
+    """"config" -> None; "adaptive" -> ("adaptive", None); "fixed:64" -> ("fixed", 64)."""
+    if text == "config":
+        return None
+    if text == "adaptive":
+        return ("adaptive", None)
+    m = re.fullmatch(r"fixed:(\d+)", text)
+    if m and int(m.group(1)) > 0:
+        return ("fixed", int(m.group(1)))
+    raise ValueError(f"chunk policy {text!r} is not one of 'config', 'adaptive', 'fixed:N' "
+                     "(N > 0 tokens)")
+
+
+def load_spec(path: str | Path) -> SweepSpec:
+    source = str(path)
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as e:
+        raise ConfigError(source, "", f"cannot read the sweep spec: {e.strerror}") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(source, "", f"invalid JSON at line {e.lineno}, column {e.colno}: "
+                          f"{e.msg}") from None
+    return spec_from_dict(raw, source)
+
+
+def spec_from_dict(raw: object, source: str = "<sweep spec>") -> SweepSpec:
+    if not isinstance(raw, dict):
+        raise ConfigError(source, "$", "a sweep spec is a JSON object")
+    try:
+        return SweepSpec.model_validate(raw)
+    except ValidationError as e:
+        first = e.errors()[0]
+        loc = list(first["loc"])
+        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
+        if first["type"] == "extra_forbidden":
+            hint = difflib.get_close_matches(str(loc[-1]), list(SweepSpec.model_fields), n=1)
+            msg = f"unknown key '{loc[-1]}'" + (
+                f"; did you mean '{hint[0]}'?" if hint
+                else f"; allowed keys: {', '.join(SweepSpec.model_fields)}")
+        elif first["type"] == "missing":
+            msg = f"required key '{loc[-1]}' is missing; add it"
+        else:
+            msg = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(source, path or "$", msg) from None
+
+
+def config_with_chunk_policy(config: str, policy: str, out_dir: Path) -> str:
+    """The config path a run should use: as given for "config", else a validated copy with
+    incremental_prefill's chunk policy replaced, saved under OUT_DIR/configs with the same file
+    name (so the config keeps its name for the router)."""
+    parsed = parse_chunk_policy(policy)
+    if parsed is None:
+        return config
+    src = resolve_config_path(config)
+    raw = json.loads(src.read_text(encoding="utf-8"))
+    inc = dict(raw.get("incremental_prefill") or {})
+    inc["chunk_policy"], tokens = parsed
+    if tokens is not None:
+        inc["chunk_tokens"] = tokens
+    raw["incremental_prefill"] = inc
+    config_from_dict(raw, f"{src} with chunk policy {policy}")
+    dest = out_dir / "configs" / src.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
+    return str(dest)

@@ -1,0 +1,94 @@
+"""Per-setting statistics: accuracy with SE, latency percentiles, per-sample normalization to
+#1 and #2, activation %, early-exit overhead, warm-ups, cached-token ratio, summary.json."""
+
+import json
+import math
+
+import pytest
+from rich.console import Console
+from synthetic_results import make_rows
+
+from experiments.results import ResultsWriter, validate_row
+from experiments.summary import summarize, summarize_run
+from experiments.summary_table import build_table
+
+
+def _agent(model, precursors=(), killed=False, warmups=0, prompt=0, cached=0):
+    return {"model": model, "output_ids": [1], "text": "x", "start_s": 0.0, "first_token_s": 0.1,
+            "end_s": 1.0, "warmups": warmups, "prompt_tokens": prompt, "cached_tokens": cached,
+            "slot_order": list(precursors), "killed": killed}
+
+
+def _row(sid, setting, e2e, correct=True, agents=None, ee=(), error=None):
+    return validate_row({"sample_id": sid, "dataset": "toy", "setting": setting, "answer": "1",
+                         "gold": "1", "correct": correct, "e2e_s": e2e, "agents": agents or {},
+                         "early_exit": list(ee), "error": error})
+
+
+def _by_setting(rows):
+    return {s.setting: s for s in summarize(rows)}
+
+
+def test_latency_normalization_reports_ratio_median_and_ratio_of_means():
+    rows = [_row("a", 1, 10.0), _row("b", 1, 20.0), _row("c", 1, 40.0),
+            _row("a", 2, 5.0, correct=False), _row("b", 2, 5.0, correct=None), _row("c", 2, 10.0),
+            _row("d", 2, 99.0, error="worker died", correct=None)]
+    s = _by_setting(rows)
+    two = s[2]
+    assert (two.n, two.errors, two.graded) == (4, 1, 2)
+    assert two.accuracy == 0.5 and two.accuracy_se == pytest.approx(math.sqrt(0.25 / 2))
+    assert two.latency_mean_s == pytest.approx(20 / 3)  # the failed row is left out
+    assert two.latency_median_s == 5.0 and two.latency_p90_s == pytest.approx(9.0)
+    assert two.latency_vs_1_median == pytest.approx(0.25)  # ratios 0.5, 0.25, 0.25
+    assert two.latency_vs_1_mean == pytest.approx(20 / 70)
+    assert two.latency_vs_2_median == 1.0 and s[1].latency_vs_1_median == 1.0
+    assert s[1].latency_vs_2_median == pytest.approx(4.0)  # 10/5, 20/5, 40/10
+
+
+def test_activation_ee_overhead_warmups_and_cached_ratio():
+    tree = {"p0": _agent("small"), "p1": _agent("small", killed=True), "p2": _agent("big"),
+            "agg": _agent("big", ["p0", "p2"], warmups=3, prompt=200, cached=150)}
+    ee = [{"cluster": "agg", "completed": ["p0", "p2"], "exited": True, "killed": ["p1"],
+           "seconds": 0.25}]
+    rows = [_row("a", 4, 5.0, agents=tree, ee=ee),
+            _row("b", 4, 5.0, agents={**tree, "p1": _agent("small")}, ee=ee)]
+    four = _by_setting(rows)[4]
+    # small: 3 of 4 planned runs not killed; big: every run.
+    assert four.activation_pct == {"small": 75.0, "big": 100.0}
+    assert four.ee_overhead_share == pytest.approx(0.5 / 10.0)
+    assert four.ee_seconds_mean == pytest.approx(0.25)
+    assert four.warmups_per_sample == 3.0
+    assert four.cached_token_ratio == pytest.approx(0.75)  # only agents with a precursor count
+    assert four.latency_vs_1_median is None  # no reference rows
+
+
+def test_settings_without_early_exit_have_no_ee_share():
+    s = _by_setting([_row("a", 2, 1.0, agents={"p0": _agent("m")})])[2]
+    assert s.ee_overhead_share is None and s.activation_pct == {"m": 100.0}
+    assert s.cached_token_ratio is None
+
+
+def test_summarize_run_writes_summary_json_and_a_table(tmp_path, capsys):
+    writer = ResultsWriter(tmp_path / "results.jsonl")
+    for row in make_rows(n=8, errors=1):
+        writer.append(row)
+    doc = summarize_run(tmp_path)
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(doc))
+    assert "median over samples" in on_disk["latency_normalization"]
+    keyed = {(s["dataset"], s["setting"]): s for s in on_disk["settings"]}
+    assert set(keyed) == {(d, s) for d in ("gsm8k", "math500") for s in (1, 2, 3, 4)}
+    assert keyed[("gsm8k", 4)]["errors"] == 1 and keyed[("gsm8k", 4)]["n"] == 8
+    # the synthetic tree is ~5.5x faster than dense in setting 4
+    assert 0.1 < keyed[("gsm8k", 4)]["latency_vs_1_median"] < 0.25
+    assert keyed[("gsm8k", 1)]["config"] == "all_to_all_9_9_1"
+    assert "÷#1 med/mean" in capsys.readouterr().out
+
+
+def test_table_shows_each_setting_and_the_normalization_note():
+    rows = [validate_row(r) for r in make_rows(datasets=("gsm8k",), n=4)]
+    console = Console(record=True, width=160)
+    console.print(build_table(summarize(rows)))
+    text = console.export_text()
+    assert all(f"#{n}" in text for n in (1, 2, 3, 4))
+    assert "median of per-sample ratios / ratio of means" in text
