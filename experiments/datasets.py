@@ -1,0 +1,153 @@
+"""Benchmark questions: load a vendored test split (or any JSONL) as `Question`s.
+
+Called by the experiment runner, the prompt builders and the scorers; reads only local files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+logger = logging.getLogger(__name__)
+
+DATASETS: tuple[str, ...] = (
+    "gsm8k",
+    "math500",
+    "aime2025",
+    "hmmt_feb_2025",
+    "mmlu_prox_lite",
+    "ifbench",
+    "bbh",
+)
+
+_REQUIRED = ("id", "question")
+
+
+@dataclass(frozen=True, slots=True)
+class Question:
+    """One benchmark item. `extra` holds the dataset's own fields (choices, task, kwargs...)."""
+
+    id: str
+    question: str
+    answer: str | None
+    dataset: str
+    # A dict is unhashable: leave it out of the hash so questions can key dicts and sets.
+    extra: dict[str, Any] = field(default_factory=dict, hash=False)
+
+
+def data_dir() -> Path:
+    """The folder holding the vendored splits (`experiments/data/<name>/test.jsonl`)."""
+    return Path(__file__).resolve().parent / "data"
+
+
+def default_cache_dir() -> Path:
+    """Arrow cache for `datasets`, under the repository's git-ignored `.cache/`."""
+    return Path(__file__).resolve().parents[1] / ".cache" / "hf_datasets"
+
+
+def resolve(name_or_path: str) -> tuple[str, Path]:
+    """Map a dataset name or a JSONL path to (dataset name, file); raise ValueError if neither."""
+    if name_or_path in DATASETS:
+        path = data_dir() / name_or_path / "test.jsonl"
+        if not path.is_file():
+            raise ValueError(
+                f"dataset {name_or_path!r}: vendored file {path} is missing; "
+                "restore experiments/data/ from git"
+            )
+        return name_or_path, path
+    path = Path(name_or_path)
+    looks_like_path = path.suffix in (".jsonl", ".json") or os.sep in name_or_path
+    if not looks_like_path:
+        raise ValueError(
+            f"unknown dataset {name_or_path!r}: use one of {', '.join(DATASETS)} "
+            "or a path to a .jsonl file with 'id' and 'question' fields"
+        )
+    if not path.is_file():
+        raise ValueError(f"dataset file {path} does not exist")
+    return path.stem, path
+
+
+def load_questions(
+    name_or_path: str, num_samples: int | None = None, cache_dir: str | Path | None = None
+) -> list[Question]:
+    """Load a split through HF `datasets` (offline, local JSON); the first `num_samples` rows."""
+    if num_samples is not None and num_samples < 0:
+        raise ValueError(f"num_samples must be >= 0 or None, got {num_samples}")
+    name, path = resolve(name_or_path)
+    rows = _read_rows(path, cache_dir or default_cache_dir())
+    if num_samples is not None:
+        rows = rows[:num_samples]
+    return [_to_question(row, i, name, path) for i, row in enumerate(rows)]
+
+
+def _read_rows(path: Path, cache_dir: str | Path) -> list[dict[str, Any]]:
+    # Set before the first import of `datasets`: it reads these at import time. Local JSON never
+    # needs the hub, and this keeps a stray lookup from hanging on a machine without network.
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    import datasets
+
+    datasets.disable_progress_bars()
+    try:
+        ds = datasets.load_dataset(
+            "json", data_files=str(path), split="train", cache_dir=str(cache_dir)
+        )
+    except Exception as exc:  # datasets wraps JSON errors in several exception types
+        raise ValueError(_describe_bad_file(path, exc)) from exc
+    return ds.to_list()
+
+
+def _describe_bad_file(path: Path, exc: Exception) -> str:
+    """Find the first unreadable line ourselves: `datasets` errors do not name it."""
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as err:
+                return f"{path}, line {lineno}: not valid JSON ({err.msg}); one object per line"
+            if not isinstance(obj, dict):
+                return f"{path}, line {lineno}: expected a JSON object, got {type(obj).__name__}"
+    return f"{path}: could not be loaded as JSONL ({type(exc).__name__}: {exc})"
+
+
+def _line_of(path: Path, index: int) -> int:
+    """1-based line number of the index-th non-blank line (rows skip blank lines)."""
+    seen = -1
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if line.strip():
+                seen += 1
+                if seen == index:
+                    return lineno
+    return index + 1
+
+
+def _to_question(row: dict[str, Any], index: int, name: str, path: Path) -> Question:
+    for key in _REQUIRED:
+        value = row.get(key)
+        if value is None or (isinstance(value, str) and not value.strip()):
+            raise ValueError(
+                f"{path}, line {_line_of(path, index)}: row has no {key!r} "
+                f"(every row needs non-empty 'id' and 'question'; 'answer' is optional)"
+            )
+    answer = row.get("answer")
+    extra = {k: v for k, v in row.items() if k not in ("id", "question", "answer")}
+    if "kwargs" in extra and isinstance(extra["kwargs"], list):
+        # Arrow unifies the per-instruction kwargs dicts into one struct, filling keys a row
+        # never had with None; drop them again (the official IFBench evaluator drops nulls too).
+        extra["kwargs"] = [
+            {k: v for k, v in (kw or {}).items() if v is not None} for kw in extra["kwargs"]
+        ]
+    return Question(
+        id=str(row["id"]),
+        question=str(row["question"]),
+        answer=None if answer is None else str(answer),
+        dataset=name,
+        extra=extra,
+    )
