@@ -9,6 +9,8 @@ import importlib
 
 # (subcommand, module, one-line help)
 _COMMANDS = (
+    ("run", "experiments.run_cmd",
+     "run the paper's settings #1-#4 on a dataset; write results.jsonl, summary and figures"),
     ("plot", "experiments.plot_cmd",
      "rebuild summary.json, the table and the figures of a run folder from results.jsonl"),
     ("sweep", "experiments.sweep",

@@ -1,0 +1,46 @@
+"""The runner's view of the shell router: one aiohttp session, one call per question graph."""
+
+from __future__ import annotations
+
+import aiohttp
+
+
+class GraphRunError(RuntimeError):
+    """A question's graph failed; the message names the stage and the cause."""
+
+
+class RouterClient:
+    def __init__(self, base_url: str, timeout_s: float = 1800.0):
+        self.base_url = base_url.rstrip("/")
+        self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> "RouterClient":
+        self._session = aiohttp.ClientSession(timeout=self._timeout)
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        if self._session:
+            await self._session.close()
+
+    async def run_graph(self, question: str, question_id: str, config: str, mode: str,
+                        early_exit: bool) -> dict:
+        """POST the whole graph; returns {answer, agents, early_exit, e2e_s, ...}."""
+        body = {"question": question, "question_id": question_id, "config": config,
+                "mode": mode, "early_exit": early_exit}
+        url = f"{self.base_url}/v1/moa/run"
+        try:
+            async with self._session.post(url, json=body) as resp:
+                payload = await resp.json(content_type=None)
+                if resp.status != 200:
+                    message = (payload or {}).get("error", {})
+                    message = message.get("message") if isinstance(message, dict) else message
+                    raise GraphRunError(f"shell router answered {resp.status}: {message}")
+                return payload
+        except aiohttp.ClientError as e:
+            raise GraphRunError(f"shell router at {url} unreachable: {e}") from None
+
+    async def post_json(self, url: str, body: dict) -> int:
+        async with self._session.post(url, json=body) as resp:
+            await resp.read()
+            return resp.status

@@ -1,0 +1,164 @@
+"""`moa-pd run`: the paper's settings #1-#4 on the same questions, one results row per
+(sample, setting), appended and flushed as each finishes so a run can resume."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tqdm import tqdm
+
+from experiments.datasets import Question, load_questions
+from experiments.prompts import build_question_prompt
+from experiments.router_client import GraphRunError, RouterClient
+from experiments.scoring import score
+from experiments.settings import Setting
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class RunSpec:
+    tree_config: str
+    dense_config: str | None
+    dataset: str
+    num_samples: int | None
+    settings: list[Setting]
+    concurrency: int
+    out_dir: Path
+    cluster_path: Path | None = None
+    resume: bool = False
+    fail_fast: bool = False
+    backend: str = "torch"
+
+
+class FailFast(RuntimeError):
+    pass
+
+
+def config_for(spec: RunSpec, setting: Setting) -> str:
+    if setting.topology == "dense":
+        if not spec.dense_config:
+            raise ValueError("setting 1 (dense all-to-all) needs --dense-config; add it or "
+                             "leave 1 out of --settings")
+        return spec.dense_config
+    return spec.tree_config
+
+
+def result_row(q: Question, setting: Setting, config: str, graph: dict | None,
+               error: str | None, e2e_s: float) -> dict:
+    answer_text = (graph or {}).get("answer")
+    graded = score(q, answer_text) if answer_text is not None else None
+    return {
+        "sample_id": q.id,
+        "dataset": q.dataset,
+        "setting": setting.number,
+        "config": config,
+        "mode": setting.mode,
+        "answer": graded.extracted if graded else None,
+        "gold": q.answer,
+        "correct": graded.correct if graded else None,
+        "e2e_s": (graph or {}).get("e2e_s", e2e_s),
+        "agents": (graph or {}).get("agents", {}),
+        "early_exit": (graph or {}).get("early_exit", []),
+        "final_text": answer_text,
+        "error": error,
+    }
+
+
+async def _flush_worker_caches(client: RouterClient, cluster: dict) -> None:
+    """Empty every worker's prefix cache so no setting profits from the one before it."""
+    for model in cluster["models"].values():
+        for url in model["prefill_urls"] + model["decode_urls"]:
+            try:
+                await client.post_json(f"{url}/flush_cache", {})
+            except Exception as e:  # a cold cache is an optimisation, not a correctness need
+                log.warning("flush_cache on %s failed: %s", url, e)
+
+
+async def _run_setting(client: RouterClient, spec: RunSpec, setting: Setting,
+                       questions: list[Question], writer, bar: tqdm, stats: dict) -> None:
+    config = Path(config_for(spec, setting)).stem
+    semaphore = asyncio.Semaphore(spec.concurrency)
+
+    async def one(q: Question) -> None:
+        async with semaphore:
+            t0 = time.perf_counter()
+            graph, error = None, None
+            try:
+                graph = await client.run_graph(build_question_prompt(q), q.id, config,
+                                               setting.mode, setting.early_exit)
+            except GraphRunError as e:
+                error = str(e)
+            row = result_row(q, setting, config, graph, error, time.perf_counter() - t0)
+            writer.append(row)
+            _update_bar(bar, stats, setting, row)
+            if error and spec.fail_fast:
+                raise FailFast(f"{q.id} setting {setting.number}: {error}")
+
+    await asyncio.gather(*(one(q) for q in questions))
+
+
+def _update_bar(bar: tqdm, stats: dict, setting: Setting, row: dict) -> None:
+    s = stats.setdefault(setting.number, {"correct": 0, "graded": 0, "lat": [], "err": 0})
+    if row["error"]:
+        s["err"] += 1
+    else:
+        s["lat"].append(row["e2e_s"])
+        if row["correct"] is not None:
+            s["graded"] += 1
+            s["correct"] += bool(row["correct"])
+    acc = f"{s['correct']}/{s['graded']}" if s["graded"] else "-"
+    med = f"{statistics.median(s['lat']):.2f}s" if s["lat"] else "-"
+    bar.set_postfix_str(f"setting {setting.number}: acc {acc}, median {med}, errors {s['err']}")
+    bar.update(1)
+
+
+async def run_async(spec: RunSpec, cluster: dict) -> None:
+    from experiments.results import ResultsWriter, completed_keys
+
+    questions = load_questions(spec.dataset, spec.num_samples)
+    results = spec.out_dir / "results.jsonl"
+    done = completed_keys(results) if spec.resume else set()
+    todo = {s.number: [q for q in questions if (q.id, s.number) not in done]
+            for s in spec.settings}
+    total = sum(len(v) for v in todo.values())
+    writer = ResultsWriter(results)
+    stats: dict = {}
+    async with RouterClient(cluster["shell_router_url"]) as client:
+        with tqdm(total=total, desc="questions x settings", unit="run") as bar:
+            for setting in spec.settings:
+                if not todo[setting.number]:
+                    continue
+                await _flush_worker_caches(client, cluster)
+                await _run_setting(client, spec, setting, todo[setting.number], writer, bar,
+                                   stats)
+
+
+def run_experiment(spec: RunSpec) -> list[Path]:
+    """Run (bringing a deployment up and down when no cluster is given), then write summary.json,
+    the comparison table and the figures; returns the files written."""
+    from experiments.plot_cmd import rebuild
+
+    spec.out_dir.mkdir(parents=True, exist_ok=True)
+    for s in spec.settings:
+        config_for(spec, s)  # fail on a missing --dense-config before anything starts
+    if spec.cluster_path:
+        cluster = json.loads(Path(spec.cluster_path).read_text())
+        asyncio.run(run_async(spec, cluster))
+    else:
+        from launch.commands import bring_up, make_stack
+
+        configs = [spec.tree_config] + ([spec.dense_config] if spec.dense_config else [])
+        stack = make_stack(configs, spec.backend, spec.out_dir / "deployment", "127.0.0.1")
+        try:
+            cluster = bring_up(stack)
+            asyncio.run(run_async(spec, cluster))
+        finally:
+            stack.down()
+    return rebuild(spec.out_dir)

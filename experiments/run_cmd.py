@@ -1,0 +1,56 @@
+"""`moa-pd run`: settings #1-#4 of the paper on one dataset; see experiments/run.py."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+
+from experiments.settings import parse_settings
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", required=True, help="the tree topology (settings 2-4)")
+    p.add_argument("--dense-config", help="the dense all-to-all topology (setting 1 only)")
+    p.add_argument("--dataset", required=True,
+                   help="gsm8k, math500, aime2025, mmlu_prox_lite, ifbench, bbh, hmmt_feb_2025, "
+                        "or a path to a JSONL of id, question[, answer]")
+    p.add_argument("--num-samples", type=int, default=None, help="first N questions (default all)")
+    p.add_argument("--settings", default="1,2,3,4", help="which settings, e.g. 2,3 (default all)")
+    p.add_argument("--concurrency", type=int, default=1, help="questions in flight at once")
+    p.add_argument("--out", required=True, help="run folder: results.jsonl, summary, figures")
+    p.add_argument("--cluster", help="cluster.json of a running deployment (else one is started)")
+    p.add_argument("--backend", choices=["torch", "sglang"], default="torch")
+    p.add_argument("--resume", action="store_true", help="skip (sample, setting) rows already done")
+    p.add_argument("--fail-fast", action="store_true", help="stop at the first failed sample")
+
+
+def main(args: argparse.Namespace) -> int:
+    from experiments.run import FailFast, RunSpec, run_experiment
+    from launch.procs import LaunchError
+
+    console = Console(stderr=True)
+    try:
+        settings = parse_settings(args.settings)
+        if args.concurrency < 1 or (args.num_samples is not None and args.num_samples < 1):
+            raise ValueError("--concurrency and --num-samples must be at least 1")
+        spec = RunSpec(args.config, args.dense_config, args.dataset, args.num_samples, settings,
+                       args.concurrency, Path(args.out),
+                       Path(args.cluster) if args.cluster else None, args.resume,
+                       args.fail_fast, args.backend)
+        written = run_experiment(spec)
+    except ValueError as e:
+        console.print(f"[red]error:[/red] {e}")
+        return 2
+    except (LaunchError, FailFast) as e:
+        console.print(f"[red]error:[/red] {e}")
+        console.print(f"rows written so far are kept in {args.out}/results.jsonl")
+        return 1
+    except KeyboardInterrupt:
+        console.print(f"interrupted; rows written so far are kept in {args.out}/results.jsonl "
+                      "(continue with --resume)")
+        return 130
+    for path in written:
+        console.print(f"wrote {path}")
+    return 0

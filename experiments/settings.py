@@ -1,0 +1,34 @@
+"""The paper's four settings (§5.3): which topology, which router mode, early exit or not."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class Setting:
+    number: int
+    label: str
+    topology: str  # "dense" or "tree": which config of the run it uses
+    mode: str  # "blocking" or "pipelined" (the shell router's mode)
+    early_exit: bool
+
+
+SETTINGS = {
+    1: Setting(1, "#1 dense, blocking", "dense", "blocking", False),
+    2: Setting(2, "#2 tree, blocking", "tree", "blocking", False),
+    3: Setting(3, "#3 tree, pipelined", "tree", "pipelined", False),
+    4: Setting(4, "#4 tree, pipelined + EE", "tree", "pipelined", True),
+}
+
+
+def parse_settings(text: str) -> list[Setting]:
+    """'1,2,3,4' -> settings; a clear error for anything else."""
+    try:
+        numbers = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ValueError(f"--settings takes numbers 1-4 separated by commas, got '{text}'") from None
+    bad = [n for n in numbers if n not in SETTINGS]
+    if bad or not numbers:
+        raise ValueError(f"--settings takes numbers 1-4 separated by commas, got '{text}'")
+    return [SETTINGS[n] for n in dict.fromkeys(numbers)]

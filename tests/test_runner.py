@@ -1,0 +1,115 @@
+"""The experiment runner against an in-test stand-in for the shell router's /v1/moa/run: rows per
+(sample, setting), resume, errors recorded without stopping the run, --fail-fast."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from experiments.datasets import load_questions
+from experiments.results import read_results
+from experiments.run import FailFast, RunSpec, run_async
+from experiments.settings import parse_settings
+
+
+def fake_router(calls: list[dict], fail_ids: set[str] = frozenset()) -> web.Application:
+    async def run(request: web.Request) -> web.Response:
+        body = await request.json()
+        calls.append(body)
+        if body["question_id"] in fail_ids:
+            return web.json_response({"error": {"message": "precursor leaf_0 failed"}}, status=502)
+        gold = answers[body["question_id"]]
+        return web.json_response({
+            "answer": f"Adding it up, the answer is {gold}.",
+            "agents": {"final": {"model": "m", "output_ids": [1, 2], "killed": False}},
+            "early_exit": [], "e2e_s": 0.5 if body["mode"] == "pipelined" else 1.0,
+        })
+
+    async def flush(request: web.Request) -> web.Response:
+        calls.append({"flush": True})
+        return web.json_response({})
+
+    app = web.Application()
+    app.router.add_post("/v1/moa/run", run)
+    app.router.add_post("/flush_cache", flush)
+    return app
+
+
+questions = load_questions("gsm8k", 3)
+answers = {q.id: q.answer for q in questions}
+
+
+async def start(app: web.Application) -> tuple[web.AppRunner, str]:
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]
+    return runner, f"http://127.0.0.1:{port}"
+
+
+def spec_for(out: Path, settings: str = "1,2,3", **kw) -> RunSpec:
+    return RunSpec("tree_3_1_cpu", "all_to_all_9_9_1_cpu", "gsm8k", 3, parse_settings(settings),
+                   2, out, **kw)
+
+
+async def test_rows_per_sample_and_setting_then_resume(tmp_path):
+    calls: list[dict] = []
+    runner, url = await start(fake_router(calls))
+    cluster = {"shell_router_url": url, "models": {"m": {"prefill_urls": [url],
+                                                         "decode_urls": []}}}
+    try:
+        await run_async(spec_for(tmp_path), cluster)
+        rows = read_results(tmp_path / "results.jsonl")
+        assert sorted((r.setting, r.sample_id) for r in rows) == sorted(
+            (s, q.id) for s in (1, 2, 3) for q in questions)
+        assert all(r.correct for r in rows)
+        runs = [c for c in calls if "mode" in c]
+        assert {(c["config"], c["mode"]) for c in runs} == {
+            ("all_to_all_9_9_1_cpu", "blocking"), ("tree_3_1_cpu", "blocking"),
+            ("tree_3_1_cpu", "pipelined")}
+        assert sum("flush" in c for c in calls) == 3  # a cold cache before every setting
+
+        calls.clear()
+        await run_async(spec_for(tmp_path, "1,2,3,4", resume=True), cluster)
+        assert [c["early_exit"] for c in calls if "mode" in c] == [True] * 3
+        assert len(read_results(tmp_path / "results.jsonl")) == 12
+    finally:
+        await runner.cleanup()
+
+
+async def test_failed_sample_is_recorded_and_the_run_goes_on(tmp_path):
+    calls: list[dict] = []
+    runner, url = await start(fake_router(calls, fail_ids={questions[1].id}))
+    cluster = {"shell_router_url": url, "models": {}}
+    try:
+        await run_async(spec_for(tmp_path, "2"), cluster)
+        rows = {r.sample_id: r for r in read_results(tmp_path / "results.jsonl")}
+        assert len(rows) == 3
+        assert "502" in rows[questions[1].id].error and "leaf_0" in rows[questions[1].id].error
+        assert rows[questions[0].id].error is None
+
+        with pytest.raises(FailFast, match="precursor leaf_0 failed"):
+            await run_async(spec_for(tmp_path / "ff", "2", fail_fast=True), cluster)
+    finally:
+        await runner.cleanup()
+
+
+def test_setting_1_needs_dense_config(tmp_path):
+    from experiments.run import config_for
+
+    spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 1, parse_settings("1"), 1, tmp_path)
+    with pytest.raises(ValueError, match="needs --dense-config"):
+        config_for(spec, spec.settings[0])
+    with pytest.raises(ValueError, match="numbers 1-4"):
+        parse_settings("1,5")
+
+
+def test_cli_run_bad_settings_exit_2(tmp_path):
+    from launch.cli import main
+
+    assert main(["run", "--config", "tree_3_1_cpu", "--dataset", "gsm8k", "--settings", "x",
+                 "--out", str(tmp_path)]) == 2
+    assert not (tmp_path / "results.jsonl").exists()
