@@ -1,0 +1,1 @@
+"""CPU reference engine: paged KV pool, radix cache, scheduler, model forward, HTTP server."""

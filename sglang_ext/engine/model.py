@@ -1,0 +1,159 @@
+"""CausalLM: the Llama-family (SmolLM2, Llama 3) and Qwen3 decoder over a paged KV buffer.
+
+The engine's model runner calls `CausalLM.from_pretrained` once and `forward` every step, with
+prefills and decodes of many sequences concatenated in one `ForwardBatch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from sglang_ext.engine.attention import Attention, AttentionPlan, RotaryEmbedding
+from sglang_ext.engine.forward_batch import ForwardBatch
+from sglang_ext.engine.weights import MergedLinear, load_weights, read_hf_config
+
+SUPPORTED_MODEL_TYPES = ("llama", "qwen3")
+
+
+@dataclass(frozen=True, slots=True)
+class ModelConfig:
+    model_type: str
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: dict | None  # HF rope parameters when rope_type is not "default"
+    max_position: int
+    attention_bias: bool
+    qk_norm: bool  # Qwen3: RMSNorm on each head of q and k
+    tie_word_embeddings: bool
+    bos_token_id: int | None
+    eos_token_ids: tuple[int, ...]
+    dtype: torch.dtype
+
+    @classmethod
+    def from_hf(cls, hf: dict, dtype: torch.dtype = torch.float32) -> ModelConfig:
+        """Build from an HF config.json dict (transformers 4.x `rope_scaling` or 5.x `rope_parameters`)."""
+        model_type = hf.get("model_type")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise ValueError(
+                f"model_type '{model_type}' is not supported: use {SUPPORTED_MODEL_TYPES}"
+            )
+        rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        eos = hf.get("eos_token_id")
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        return cls(
+            model_type=model_type,
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=hf["num_attention_heads"],
+            num_kv_heads=hf.get("num_key_value_heads") or hf["num_attention_heads"],
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // hf["num_attention_heads"],
+            rms_norm_eps=hf["rms_norm_eps"],
+            rope_theta=rope.get("rope_theta", hf.get("rope_theta", 10000.0)),
+            rope_scaling=dict(rope) if rope_type != "default" else None,
+            max_position=hf["max_position_embeddings"],
+            attention_bias=hf.get("attention_bias", False),
+            qk_norm=model_type == "qwen3",
+            tie_word_embeddings=hf.get("tie_word_embeddings", False),
+            bos_token_id=hf.get("bos_token_id"),
+            eos_token_ids=tuple(dict.fromkeys(eos)),  # dedupe, keep order
+            dtype=dtype,
+        )
+
+
+class MLP(nn.Module):
+    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
+        super().__init__()
+        self.gate_up_proj = MergedLinear(hidden_size, [intermediate_size] * 2, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(F.silu(gate) * up)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.self_attn = Attention(
+            cfg.hidden_size,
+            cfg.num_heads,
+            cfg.num_kv_heads,
+            cfg.head_dim,
+            cfg.attention_bias,
+            qk_norm_eps=cfg.rms_norm_eps if cfg.qk_norm else None,
+        )
+        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.input_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+
+    def forward(self, h, cos, sin, kv_cache, plan: AttentionPlan) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), cos, sin, kv_cache, plan)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DecoderModel(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+        self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+
+
+class CausalLM(nn.Module):
+    def __init__(self, config: ModelConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
+        with torch.device("meta"):  # no random init: every weight comes from the checkpoint
+            self.model = DecoderModel(config)
+            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.to_empty(device="cpu").to(config.dtype)
+        if config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @classmethod
+    def from_pretrained(cls, path: str, dtype: torch.dtype = torch.float32) -> CausalLM:
+        """Load an HF directory (see `model_store.resolve_model_path` for names)."""
+        model = cls(ModelConfig.from_hf(read_hf_config(path), dtype))
+        load_weights(model, path, tied_lm_head=model.config.tie_word_embeddings)
+        return model.eval()
+
+    @torch.inference_mode()
+    def forward(
+        self, batch: ForwardBatch, kv_buffer: torch.Tensor, all_logits: bool = False
+    ) -> torch.Tensor:
+        """Write the new tokens' K/V into `kv_buffer` and return float32 logits.
+
+        Logits are [num_seqs, vocab] for each sequence's last new token, or [T, vocab].
+        """
+        plan = AttentionPlan.from_batch(batch)
+        cos, sin = (x.to(self.config.dtype) for x in self.rotary(batch.positions))
+        h = self.model.embed_tokens(batch.input_ids)
+        for layer, kv_cache in zip(self.model.layers, kv_buffer):
+            h = layer(h, cos, sin, kv_cache, plan)
+        if not all_logits:
+            h = h[torch.tensor([seq.end - 1 for seq in plan.seqs], dtype=torch.long)]
+        return self.lm_head(self.model.norm(h)).float()
+
+
+def make_kv_buffer(config: ModelConfig, num_slots: int, dtype: torch.dtype) -> torch.Tensor:
+    """One contiguous [num_layers, 2, num_slots, kv_heads, head_dim] tensor (one NIXL region).
+
+    Slot = page * page_size + offset; the KV pool decides pages, the model sees only slots.
+    """
+    shape = (config.num_layers, 2, num_slots, config.num_kv_heads, config.head_dim)
+    return torch.zeros(shape, dtype=dtype)
