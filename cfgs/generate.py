@@ -13,12 +13,12 @@ HERE = Path(__file__).resolve().parent
 
 # Three proposer personas: with greedy decoding, identical prompts would give identical answers.
 PERSONAS = [
-    "You are a careful problem solver. Work through the problem step by step, check each step, "
-    "and finish with the final answer stated plainly.",
-    "You are a concise expert. Explain the key idea briefly, compute what is needed, and finish "
-    "with the final answer stated plainly.",
-    "You are a meticulous tutor. Restate what is asked, solve it methodically, verify the result, "
-    "and finish with the final answer stated plainly.",
+    ("You are a careful problem solver. Work through the problem step by step, check each step, "
+    "and finish with the final answer stated plainly."),
+    ("You are a concise expert. Explain the key idea briefly, compute what is needed, and finish "
+    "with the final answer stated plainly."),
+    ("You are a meticulous tutor. Restate what is asked, solve it methodically, verify the result, "
+    "and finish with the final answer stated plainly."),
 ]
 AGGREGATOR_SYSTEM = (
     "You receive a question and several candidate answers written by other assistants. Some may "

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import aiohttp
+from typing_extensions import Self
 
 
 class GraphRunError(RuntimeError):
@@ -15,7 +16,7 @@ class RouterClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
 
-    async def __aenter__(self) -> "RouterClient":
+    async def __aenter__(self) -> Self:
         self._session = aiohttp.ClientSession(timeout=self._timeout)
         return self
 

@@ -11,6 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import aiohttp
 from tqdm import tqdm
 
 from experiments.datasets import Question, load_questions
@@ -77,7 +78,8 @@ async def _flush_worker_caches(client: RouterClient, cluster: dict) -> None:
         for url in model["prefill_urls"] + model["decode_urls"]:
             try:
                 await client.post_json(f"{url}/flush_cache", {})
-            except Exception as e:  # a cold cache is an optimisation, not a correctness need
+            except (aiohttp.ClientError, TimeoutError) as e:
+                # A cold cache is for fair timing, not correctness: warn and go on.
                 log.warning("flush_cache on %s failed: %s", url, e)
 
 

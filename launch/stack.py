@@ -10,8 +10,19 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from launch.procs import LaunchError, Proc, ProcSpec, start, stop_group, wait_healthy, free_port
-from launch.procs import port_in_use, write_pidfile
+from typing_extensions import Self
+
+from launch.procs import (
+    LaunchError,
+    Proc,
+    ProcSpec,
+    free_port,
+    port_in_use,
+    start,
+    stop_group,
+    wait_healthy,
+    write_pidfile,
+)
 from launch.worker_cmd import worker_argv
 from router.config import ModelSpec, TopologyConfig
 
@@ -192,7 +203,7 @@ class Stack:
         if pidfile.exists():
             pidfile.unlink()
 
-    def __enter__(self) -> "Stack":
+    def __enter__(self) -> Self:
         self.up()
         return self
 

@@ -37,7 +37,7 @@ class Sampling(_Strict):
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
 
-    def merged_over(self, base: "Sampling") -> "Sampling":
+    def merged_over(self, base: Sampling) -> Sampling:
         """This agent's values, with the config-wide defaults where it sets none."""
         return base.model_copy(update=self.model_dump(exclude_none=True))
 
@@ -130,7 +130,7 @@ class TopologyConfig(_Strict):
         return agents
 
     @model_validator(mode="after")
-    def _check_graph(self) -> "TopologyConfig":
+    def _check_graph(self) -> TopologyConfig:
         # Imported here: topology.py builds on this module's types.
         from router.topology import check_graph
 

@@ -20,13 +20,13 @@ class GraphError(ValueError):
         self.message = message
 
 
-def sinks(cfg: "TopologyConfig") -> list[str]:
+def sinks(cfg: TopologyConfig) -> list[str]:
     """Agents no other agent reads, in config order."""
     read = {p for a in cfg.agents for p in cfg.templates[a.template].slots}
     return [a.id for a in cfg.agents if a.id not in read]
 
 
-def layers(cfg: "TopologyConfig") -> dict[str, int]:
+def layers(cfg: TopologyConfig) -> dict[str, int]:
     """Layer of each agent: 1 for agents without slots, else 1 + the deepest precursor."""
     depth: dict[str, int] = {}
 
@@ -41,7 +41,7 @@ def layers(cfg: "TopologyConfig") -> dict[str, int]:
     return depth
 
 
-def successors(cfg: "TopologyConfig") -> dict[str, list[str]]:
+def successors(cfg: TopologyConfig) -> dict[str, list[str]]:
     """For each agent, the agents that read it."""
     out: dict[str, list[str]] = {a.id: [] for a in cfg.agents}
     for a in cfg.agents:
@@ -73,7 +73,7 @@ def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
     return None
 
 
-def check_graph(cfg: "TopologyConfig") -> None:
+def check_graph(cfg: TopologyConfig) -> None:
     """Raise GraphError for the first problem that would stop the graph from running."""
     ids = [a.id for a in cfg.agents]
     seen: set[str] = set()

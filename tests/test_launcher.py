@@ -53,8 +53,8 @@ def test_configs_sharing_a_model_merge_and_conflicts_fail():
 
 
 def test_worker_dying_at_startup_shows_its_log_tail(tmp_path):
-    spec = ProcSpec("dies", [sys.executable, "-c", "print('loading weights'); "
-                             "raise SystemExit('model file is corrupt')"],
+    spec = ProcSpec("dies", [sys.executable, "-c", ("print('loading weights'); "
+                             "raise SystemExit('model file is corrupt')")],
                     "http://127.0.0.1:9/health")
     proc = start(spec, tmp_path)
     with pytest.raises(LaunchError) as info:
