@@ -1,0 +1,239 @@
+"""OpenAI-compatible routes (`/v1/completions`, `/v1/chat/completions`, `/v1/models`), enough for
+the `openai` client: each request becomes a /generate Req and its chunks become OpenAI objects.
+Mounted by `server.py`; bootstrap fields in the body pass through, as in SGLang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+from aiohttp import web
+
+from sglang_ext import protocol as P
+from sglang_ext.engine.generate_io import ReplyBuilder, parse_generate
+from sglang_ext.engine.http_utils import STATE, error, iter_outputs, json_body
+from sglang_ext.engine.request import BadRequestError
+
+SAMPLING_KEYS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "stop",
+    "stop_token_ids",
+    "ignore_eos",
+    "frequency_penalty",
+    "presence_penalty",
+    "repetition_penalty",
+    "min_new_tokens",
+    "skip_special_tokens",
+    "no_stop_trim",
+)
+
+
+def _generate_body(body: dict, input_ids: list[int] | None, text: str | None) -> dict:
+    sp = {k: body[k] for k in SAMPLING_KEYS if body.get(k) is not None}
+    max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+    sp[P.MAX_NEW_TOKENS] = max_tokens if max_tokens is not None else P.DEFAULT_MAX_NEW_TOKENS
+    if body.get("seed") is not None:
+        sp[P.SAMPLING_SEED] = body["seed"]
+    out = {P.SAMPLING_PARAMS: sp, P.STREAM: bool(body.get("stream", False)), P.RID: body.get(P.RID)}
+    if input_ids is not None:
+        out[P.INPUT_IDS] = input_ids
+    else:
+        out[P.TEXT] = text
+    lp = body.get("logprobs")
+    if lp:  # completions: int top-k; chat: bool + top_logprobs
+        out[P.RETURN_LOGPROB] = True
+        out[P.TOP_LOGPROBS_NUM] = body.get("top_logprobs") or (
+            lp if isinstance(lp, int) and not isinstance(lp, bool) else 0
+        )
+    for k in (P.BOOTSTRAP_HOST, P.BOOTSTRAP_PORT, P.BOOTSTRAP_ROOM):
+        if k in body:
+            out[k] = body[k]
+    return out
+
+
+def _finish(fr: dict | None) -> str | None:
+    if not fr:
+        return None
+    return {"length": "length", "stop": "stop"}.get(fr.get("type"), "abort")
+
+
+def _usage(out: ReplyBuilder) -> dict:
+    n, p = len(out.output_ids), out.req.prompt_len
+    return {
+        "prompt_tokens": p,
+        "completion_tokens": n,
+        "total_tokens": p + n,
+        "prompt_tokens_details": {"cached_tokens": out.last.cached_tokens if out.last else 0},
+    }
+
+
+async def _run(request: web.Request, chat: bool) -> web.StreamResponse:
+    st = request.app[STATE]
+    try:
+        body = await json_body(request)
+        if not isinstance(body, dict):
+            raise BadRequestError("the request body must be a JSON object")
+        if chat:
+            msgs = body.get("messages")
+            if not isinstance(msgs, list) or not msgs:
+                raise BadRequestError("'messages' must be a non-empty list")
+            if st.tokenizer is None:
+                raise BadRequestError(
+                    "chat needs the tokenizer (worker runs --skip-tokenizer-init)"
+                )
+            prompt = st.tokenizer.apply_chat_template(
+                msgs, tokenize=False, add_generation_prompt=True
+            )
+            ids = st.tokenizer(prompt, add_special_tokens=False)["input_ids"]
+            gen = _generate_body(body, ids, None)
+        else:
+            prompt = body.get("prompt")
+            if isinstance(prompt, list) and len(prompt) == 1 and isinstance(prompt[0], str):
+                prompt = prompt[0]
+            is_ids = isinstance(prompt, list) and all(isinstance(t, int) for t in prompt)
+            if not (isinstance(prompt, str) or is_ids):
+                raise BadRequestError("'prompt' must be a string or a list of token ids")
+            gen = _generate_body(body, prompt if is_ids else None, None if is_ids else prompt)
+        req, stream = parse_generate(gen, st.engine.cfg, st.tokenizer)
+    except BadRequestError as e:
+        return error(400, str(e))
+    cid = f"{'chatcmpl' if chat else 'cmpl'}-{req.rid}"
+    model, created = body.get("model") or st.args.model_name, int(time.time())
+    obj = "chat.completion" if chat else "text_completion"
+    out = ReplyBuilder(req, st.tokenizer)
+    resp, sent_text = None, ""
+    include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+    async with contextlib.aclosing(iter_outputs(st.engine, req, request)) as chunks:
+        async for chunk in chunks:
+            out.add(chunk)
+            if chunk.status != 200:
+                if resp is None:
+                    return error(chunk.status, chunk.finish_reason.get("message", "failed"))
+                await resp.write(
+                    P.sse_event(
+                        {
+                            "error": {
+                                "message": chunk.finish_reason.get("message"),
+                                "code": chunk.status,
+                            }
+                        }
+                    )
+                )
+                break
+            if not stream:
+                continue
+            if resp is None:
+                resp = web.StreamResponse(headers={"Content-Type": P.SSE_CONTENT_TYPE})
+                await resp.prepare(request)
+            text = out.text(final=chunk.finished)
+            delta, sent_text = text[len(sent_text) :], text
+            fr = _finish(chunk.finish_reason)
+            choice = (
+                {
+                    "index": 0,
+                    "delta": {"role": "assistant", "content": delta},
+                    "finish_reason": fr,
+                    "logprobs": None,
+                }
+                if chat
+                else {"index": 0, "text": delta, "finish_reason": fr, "logprobs": None}
+            )
+            try:
+                await resp.write(
+                    P.sse_event(
+                        {
+                            "id": cid,
+                            "object": obj + (".chunk" if chat else ""),
+                            "created": created,
+                            "model": model,
+                            "choices": [choice],
+                        }
+                    )
+                )
+                if chunk.finished:
+                    if include_usage:
+                        await resp.write(
+                            P.sse_event(
+                                {
+                                    "id": cid,
+                                    "object": obj,
+                                    "created": created,
+                                    "model": model,
+                                    "choices": [],
+                                    "usage": _usage(out),
+                                }
+                            )
+                        )
+                    await resp.write(P.sse_done())
+            except ConnectionError:
+                return resp
+    if resp is not None:
+        return resp
+    if out.last is None:
+        return error(499, "client disconnected")
+    text, fr = out.text(final=True), _finish(out.last.finish_reason)
+    matched = (out.last.finish_reason or {}).get("matched")
+    choice = (
+        {
+            "index": 0,
+            "message": {"role": "assistant", "content": text},
+            "logprobs": None,
+            "finish_reason": fr,
+            "matched_stop": matched,
+        }
+        if chat
+        else {
+            "index": 0,
+            "text": text,
+            "logprobs": None,
+            "finish_reason": fr,
+            "matched_stop": matched,
+        }
+    )
+    return web.json_response(
+        {
+            "id": cid,
+            "object": obj,
+            "created": created,
+            "model": model,
+            "choices": [choice],
+            "usage": _usage(out),
+        }
+    )
+
+
+async def completions(request: web.Request) -> web.StreamResponse:
+    return await _run(request, chat=False)
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    return await _run(request, chat=True)
+
+
+async def models(request: web.Request) -> web.Response:
+    st = request.app[STATE]
+    return web.json_response(
+        {
+            "object": "list",
+            "data": [
+                {
+                    "id": st.args.model_name,
+                    "object": "model",
+                    "created": 0,
+                    "owned_by": "sglang",
+                    "root": st.args.model_name,
+                    "max_model_len": st.engine.cfg.context_length,
+                }
+            ],
+        }
+    )
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_get("/v1/models", models)

@@ -1,0 +1,76 @@
+"""Shared fixtures: model directories, and one real stack of worker processes per test session
+(a null worker, a PD prefill + decode pair over NIXL, and the real sglang-router in front of the
+pair), all serving SmolLM2-135M on loopback. Process helpers live in tests/procs.py.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import procs
+
+# Short PD timeouts so the "decode unreachable" cases fail in seconds, not SGLang's 300 s.
+PD_TIMEOUT_S = 6
+PD_PAGE_SIZE = 4
+WORKER_ARGS = [
+    "--max-total-tokens",
+    "8192",
+    "--max-running-requests",
+    "16",
+    "--chunked-prefill-size",
+    "512",
+    "--log-level",
+    "info",
+]
+
+
+@dataclass
+class Stack:
+    null: procs.Proc
+    prefill: procs.Proc
+    decode: procs.Proc
+    router: procs.Proc
+    model_dir: str
+
+
+@pytest.fixture(scope="session")
+def smollm2_dir() -> str:
+    from sglang_ext.engine.model_store import resolve_model_path
+
+    return resolve_model_path("smollm2-135m")
+
+
+@pytest.fixture(scope="session")
+def stack(smollm2_dir, tmp_path_factory) -> Stack:
+    """Start all four processes once; the logs stay under pytest's tmp dir for post-mortems."""
+    log_dir = Path(os.environ.get("MOA_PD_TEST_LOGS") or tmp_path_factory.mktemp("stack-logs"))
+    env = {
+        "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": str(PD_TIMEOUT_S),
+        "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": str(PD_TIMEOUT_S),
+    }
+    started: list[procs.Proc] = []
+    try:
+        null = procs.start_worker(
+            "null", smollm2_dir, log_dir, "null", WORKER_ARGS + ["--page-size", "1"], env
+        )
+        started.append(null)
+        pd_args = WORKER_ARGS + ["--page-size", str(PD_PAGE_SIZE)]
+        prefill = procs.start_worker("prefill", smollm2_dir, log_dir, "prefill", pd_args, env)
+        started.append(prefill)
+        decode = procs.start_worker("decode", smollm2_dir, log_dir, "decode", pd_args, env)
+        started.append(decode)
+        procs.wait_healthy([null, prefill, decode])
+        router = procs.start_router(prefill, decode, log_dir)
+        started.append(router)
+        procs.wait_healthy([router], timeout=60, path="/health")
+        procs.wait_router_ready(router)
+        yield Stack(null, prefill, decode, router, smollm2_dir)
+    finally:
+        procs.stop_all(started)
