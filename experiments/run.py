@@ -53,6 +53,7 @@ def config_for(spec: RunSpec, setting: Setting) -> str:
 
 def result_row(q: Question, setting: Setting, config: str, graph: dict | None,
                error: str | None, e2e_s: float) -> dict:
+    """One results row. e2e_s is the runner's own clock around the whole-graph call."""
     answer_text = (graph or {}).get("answer")
     graded = score(q, answer_text) if answer_text is not None else None
     return {
@@ -64,8 +65,8 @@ def result_row(q: Question, setting: Setting, config: str, graph: dict | None,
         "answer": graded.extracted if graded else None,
         "gold": q.answer,
         "correct": graded.correct if graded else None,
-        "e2e_s": (graph or {}).get("e2e_s", e2e_s),
-        "agents": (graph or {}).get("agents", {}),
+        "e2e_s": e2e_s,
+        "agents": (graph or {}).get("trace", {}),
         "early_exit": (graph or {}).get("early_exit", []),
         "final_text": answer_text,
         "error": error,

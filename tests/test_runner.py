@@ -23,8 +23,8 @@ def fake_router(calls: list[dict], fail_ids: set[str] = frozenset()) -> web.Appl
         gold = answers[body["question_id"]]
         return web.json_response({
             "answer": f"Adding it up, the answer is {gold}.",
-            "agents": {"final": {"model": "m", "output_ids": [1, 2], "killed": False}},
-            "early_exit": [], "e2e_s": 0.5 if body["mode"] == "pipelined" else 1.0,
+            "trace": {"final": {"model": "m", "output_ids": [1, 2], "killed": False}},
+            "early_exit": [],
         })
 
     async def flush(request: web.Request) -> web.Response:
@@ -66,6 +66,7 @@ async def test_rows_per_sample_and_setting_then_resume(tmp_path):
         assert sorted((r.setting, r.sample_id) for r in rows) == sorted(
             (s, q.id) for s in (1, 2, 3) for q in questions)
         assert all(r.correct for r in rows)
+        assert all(r.agents["final"].output_ids == [1, 2] and r.e2e_s > 0 for r in rows)
         runs = [c for c in calls if "mode" in c]
         assert {(c["config"], c["mode"]) for c in runs} == {
             ("all_to_all_9_9_1_cpu", "blocking"), ("tree_3_1_cpu", "blocking"),
