@@ -1,0 +1,48 @@
+"""`python -m router --cluster cluster.json --config cfgs/x.json ... --host H --port N`: serve the
+shell router over the PD deployments listed in the cluster file."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+
+from aiohttp import web
+
+from router.cluster import load_cluster
+from router.config_loader import load_config
+from router.server import make_app
+
+log = logging.getLogger("router")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m router", description=__doc__)
+    ap.add_argument("--cluster", required=True, help="cluster JSON written by the launcher")
+    ap.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        help="topology config (path or cfgs/ name) to serve by name; repeatable",
+    )
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=8100)
+    ap.add_argument("--log-level", default="INFO")
+    args = ap.parse_args(argv)
+    logging.basicConfig(
+        level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    cluster = load_cluster(args.cluster)
+    configs = {c.name: c for c in (load_config(p) for p in args.config)}
+    app = make_app(cluster, configs)
+    # Cancel a handler when its client disconnects, so its agents and their worker requests stop.
+    web.run_app(
+        app,
+        host=args.host,
+        port=args.port,
+        handler_cancellation=True,
+        print=lambda *_: log.info("shell router on http://%s:%d", args.host, args.port),
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,91 @@
+"""The cluster file the launcher writes: where each model's PD deployment listens, plus the shell
+router's timeouts. Read by `python -m router` and by tests that build a router by hand."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class ClusterError(ValueError):
+    """A cluster file that cannot be used, with what to fix."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Timeouts(_Strict):
+    """Seconds. Every wait in the router has one, so a dead or hanging worker becomes an error."""
+
+    connect_s: float = Field(default=5.0, gt=0)
+    # Longest silence inside a streamed reply (first token included) before the worker counts
+    # as hanging.
+    read_s: float = Field(default=300.0, gt=0)
+    warmup_s: float = Field(default=120.0, gt=0)
+    # How long a successor waits for a precursor's next token (a precursor that never starts, or
+    # a driver that never sends it, fails the successor instead of hanging it).
+    precursor_wait_s: float = Field(default=1800.0, gt=0)
+    abort_s: float = Field(default=5.0, gt=0)
+    # A per-agent session stays this long after its last request, for agents that arrive late.
+    session_linger_s: float = Field(default=30.0, ge=0)
+
+
+class _Tolerant(BaseModel):
+    # The launcher writes this file and may add keys of its own (backend, host, configs, ...).
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class ModelDeployment(_Tolerant):
+    """One model's PD deployment: a native sglang-router in front of prefill and decode workers."""
+
+    router_url: str
+    prefill_urls: list[str] = Field(min_length=1)
+    decode_urls: list[str] = Field(min_length=1)
+    # One per prefill worker; None where the worker has no bootstrap server.
+    bootstrap_ports: list[int | None] = []
+    model_path: str = ""
+    tokenizer_path: str
+    # Data-parallel ranks per prefill worker (SGLang picks the rank as bootstrap_room % dp_size).
+    prefill_dp_size: int = Field(default=1, ge=1)
+
+    @model_validator(mode="after")
+    def _ports_match(self) -> ModelDeployment:
+        if self.bootstrap_ports and len(self.bootstrap_ports) != len(self.prefill_urls):
+            raise ValueError(
+                f"{len(self.bootstrap_ports)} bootstrap_ports for {len(self.prefill_urls)} "
+                "prefill_urls; give one port (or null) per prefill worker"
+            )
+        return self
+
+    def bootstrap_port(self, index: int) -> int | None:
+        return self.bootstrap_ports[index] if self.bootstrap_ports else None
+
+
+class ClusterSpec(_Tolerant):
+    models: dict[str, ModelDeployment]
+    shell_router_url: str | None = None
+    timeouts: Timeouts = Timeouts()
+    # How warm-ups reach a prefill worker: SGLang's own /generate with the fake bootstrap host
+    # (works on unpatched SGLang <= 0.5.10), or our /prefill_only verb.
+    warmup_verb: Literal["generate", "prefill_only"] = "generate"
+
+
+def load_cluster(path: str | Path) -> ClusterSpec:
+    """Read and validate a cluster file; ClusterError says what is wrong."""
+    p = Path(path)
+    try:
+        raw = json.loads(p.read_text())
+    except FileNotFoundError as e:
+        raise ClusterError(
+            f"cluster file {p} does not exist; start the stack with `moa-pd up`"
+        ) from e
+    except json.JSONDecodeError as e:
+        raise ClusterError(f"cluster file {p} is not JSON: {e}") from e
+    try:
+        return ClusterSpec.model_validate(raw)
+    except ValidationError as e:
+        raise ClusterError(f"cluster file {p} is invalid: {e}") from e

@@ -1,0 +1,69 @@
+"""What a running shell router shares across questions: the cluster, the one HTTP client session,
+each model's Deployment, the tokenizers and the metrics. Built once per app (server.py) or per
+test (`async with RouterContext.open(cluster)`)."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from router.cluster import ClusterSpec
+from router.config import TopologyConfig
+from router.metrics import RouterMetrics
+from router.pd import Deployment
+from router.sglang_client import SGLangClient
+from router.tokenizers import LoadedTokenizer, TokenizerStore
+
+
+class ConfigNotServed(ValueError):
+    """A topology names a model the cluster does not serve."""
+
+
+class RouterContext:
+    def __init__(
+        self,
+        cluster: ClusterSpec,
+        session: aiohttp.ClientSession,
+        tokenizers: TokenizerStore | None = None,
+        seed: int | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.timeouts = cluster.timeouts
+        self.client = SGLangClient(session, cluster.timeouts.connect_s, cluster.timeouts.read_s)
+        rng = random.Random(seed)
+        self.deployments = {
+            name: Deployment(
+                name,
+                spec,
+                self.client,
+                cluster.timeouts,
+                cluster.warmup_verb,
+                random.Random(rng.random()),
+            )
+            for name, spec in cluster.models.items()
+        }
+        self.tokenizers = tokenizers or TokenizerStore()
+        self.metrics = RouterMetrics()
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def open(cls, cluster: ClusterSpec, **kwargs) -> AsyncIterator[RouterContext]:
+        # No per-host connection cap: a 9-3-1 question holds ~13 streams to one router at once.
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            yield cls(cluster, session, **kwargs)
+
+    def tokenizer(self, model: str) -> LoadedTokenizer:
+        return self.tokenizers.get(self.cluster.models[model].tokenizer_path)
+
+    def check_served(self, cfg: TopologyConfig) -> None:
+        missing = sorted({a.model for a in cfg.agents} - set(self.cluster.models))
+        if missing:
+            raise ConfigNotServed(
+                f"topology '{cfg.name}' uses model(s) {', '.join(missing)} that this router does "
+                f"not serve (served: {', '.join(sorted(self.cluster.models))}); start them with "
+                "`moa-pd up` or fix the config"
+            )

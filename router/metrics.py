@@ -1,0 +1,49 @@
+"""Prometheus metrics of one router app, in their own registry (many apps can share a process).
+Updated by the orchestrator and server; served at /metrics."""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+
+class RouterMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter(
+            "moa_requests_total",
+            "HTTP requests by endpoint and status",
+            ["endpoint", "status"],
+            registry=self.registry,
+        )
+        self.agents = Counter(
+            "moa_agents_total",
+            "Agent runs by outcome",
+            ["model", "outcome"],
+            registry=self.registry,
+        )
+        self.warmups = Counter(
+            "moa_warmups_total", "Prefill-only warm-ups sent", ["model"], registry=self.registry
+        )
+        self.warmup_tokens = Counter(
+            "moa_warmup_tokens_total",
+            "Tokens carried by warm-ups",
+            ["model"],
+            registry=self.registry,
+        )
+        self.cached_ratio = Histogram(
+            "moa_cached_token_ratio",
+            "cached_tokens / prompt_tokens of successors' final requests",
+            ["model", "mode"],
+            buckets=(0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.99, 1.0),
+            registry=self.registry,
+        )
+        self.layer_latency = Histogram(
+            "moa_layer_latency_seconds",
+            "Agent end time since the question started, by layer",
+            ["layer", "mode"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
+            registry=self.registry,
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

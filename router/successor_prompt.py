@@ -1,0 +1,100 @@
+"""One successor's prompt as it grows: which precursor fills which slot position (template or
+dynamic order), and the longest contiguous token prefix its precursors' outputs allow so far.
+Read by incremental.py (warm-ups) and the orchestrator (the final prompt, both modes)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from router.answer_cache import AgentAnswer, AnswerCache, PrecursorFailed
+from router.template import PromptPieces, clean_output
+
+# Turns a precursor's APC entry into the token ids to splice (same family: cleaned ids; another
+# family: a TextSplicer).
+SlotSource = Callable[[AgentAnswer], list[int]]
+
+
+@dataclass(slots=True)
+class PromptState:
+    ids: list[int]
+    complete: bool
+
+
+def token_source(eot_ids: frozenset[int]) -> SlotSource:
+    return lambda a: clean_output(a.output_ids, eot_ids)
+
+
+class SuccessorPrompt:
+    def __init__(
+        self,
+        successor: str,
+        pieces: PromptPieces,
+        sources: dict[str, SlotSource],
+        apc: AnswerCache,
+        dropped: set[str],
+        dynamic: bool = False,
+        forced_order: list[str] | None = None,
+    ) -> None:
+        self.successor = successor
+        self.pieces = pieces
+        self._sources = sources
+        self._apc = apc
+        # Owned by the session: early exit adds to it while this prompt is being built.
+        self._dropped = dropped
+        self._dynamic = dynamic
+        self._forced = forced_order
+        # Precursors committed to positions 1, 2, ... so far; a committed slot never moves
+        # unless one before it is dropped.
+        self.order: list[str] = []
+
+    def kept(self) -> list[str]:
+        return [s for s in self.pieces.slots if s not in self._dropped]
+
+    def check_precursors(self) -> None:
+        """Raise PrecursorFailed when a precursor this prompt still needs has failed."""
+        for p in self.kept():
+            a = self._apc[p]
+            if a.error is not None:
+                raise PrecursorFailed(
+                    f"agent '{self.successor}' cannot run: its precursor '{p}' failed: {a.error}"
+                )
+            if a.killed:
+                raise PrecursorFailed(
+                    f"agent '{self.successor}' cannot run: its precursor '{p}' was aborted "
+                    "before it finished"
+                )
+
+    def state(self) -> PromptState:
+        """The longest prefix determinable now; complete when every kept slot is done."""
+        self.check_precursors()
+        kept = self.kept()
+        self.order = [a for a in self.order if a in kept]
+        ids = list(self.pieces.head)
+        for pos in range(len(kept)):
+            if pos == len(self.order):
+                nxt = self._choose([a for a in kept if a not in self.order])
+                if nxt is None:
+                    return PromptState(ids, False)
+                self.order.append(nxt)
+            answer = self._apc[self.order[pos]]
+            ids += self._sources[answer.agent_id](answer)
+            if not answer.done:
+                return PromptState(ids, False)
+            ids += self.pieces.betweens[pos] if pos < len(kept) - 1 else self.pieces.tail
+        if not kept:
+            ids += self.pieces.tail
+        return PromptState(ids, True)
+
+    def _choose(self, candidates: list[str]) -> str | None:
+        """The precursor for the next position (candidates are in template order)."""
+        if self._forced is not None:
+            return next((a for a in self._forced if a in candidates), candidates[0])
+        if not self._dynamic:
+            return candidates[0]
+        answers = [self._apc[a] for a in candidates]
+        finished = [a for a in answers if a.done]
+        if finished:
+            return min(finished, key=lambda a: a.finish_seq).agent_id
+        best = max(answers, key=lambda a: len(a.output_ids))
+        return best.agent_id if best.output_ids else None

@@ -1,0 +1,46 @@
+"""Per-agent trace of one question: timings (seconds since the session started), warm-ups, the
+final request's prompt/cached tokens as the prefill worker reported them, slot order, killed.
+Filled by the orchestrator; returned by the whole-graph endpoint and read by benchmarks."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+
+
+@dataclass(slots=True)
+class AgentTrace:
+    model: str
+    layer: int
+    output_ids: list[int] = field(default_factory=list)
+    text: str = ""
+    start_s: float | None = None
+    first_token_s: float | None = None
+    end_s: float | None = None
+    # When the final request went out (all slots complete), for prefill/decode splits.
+    final_request_s: float | None = None
+    warmups: int = 0
+    # Token count of each warm-up, in order (chunking studies read it).
+    warmup_lengths: list[int] = field(default_factory=list)
+    warmup_cached_tokens: int = 0
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
+    slot_order: list[str] = field(default_factory=list)
+    prefill_url: str | None = None
+    killed: bool = False
+    error: str | None = None
+    finish_reason: dict | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Clock:
+    """Seconds since the session started."""
+
+    def __init__(self) -> None:
+        self._t0 = time.perf_counter()
+        self.wall_t0 = time.time()
+
+    def now(self) -> float:
+        return time.perf_counter() - self._t0

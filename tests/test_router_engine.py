@@ -1,0 +1,120 @@
+"""The shell router on real processes (conftest's stack: SmolLM2-135M prefill + decode over NIXL
+behind the real sglang-router): THE invariant, greedy pipelined == blocking for every agent;
+stickiness with a second prefill worker; aborts leave nothing on the workers."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+import requests
+
+from router.context import RouterContext
+from router.orchestrator import Session
+from tests.router_fixtures import stack_cluster, tree_config
+
+pytestmark = pytest.mark.slow
+
+QUESTIONS = ("What is 7 times 8?", "Name the largest planet.")
+
+
+def live_reqs(url: str) -> int:
+    return requests.get(url + "/get_server_info", timeout=10).json()["kv_pool"]["num_live_reqs"]
+
+
+def wait_idle(urls: list[str], timeout: float = 20) -> dict[str, int]:
+    deadline = time.monotonic() + timeout
+    while True:
+        live = {u: live_reqs(u) for u in urls}
+        if not any(live.values()) or time.monotonic() > deadline:
+            return live
+        time.sleep(0.2)
+
+
+# Kept small: the 2-core CI box decodes SmolLM2 at a few tokens/s per stream under load.
+@pytest.mark.parametrize(
+    "tree,slot_order,n_tokens,questions",
+    [
+        ("tree_3_1_cpu", "template", 8, QUESTIONS),
+        ("tree_3_1_cpu", "dynamic", 8, QUESTIONS[1:]),
+        ("tree_9_3_1_cpu", "template", 4, QUESTIONS[:1]),
+        ("tree_9_3_1_cpu", "dynamic", 4, QUESTIONS[1:]),
+    ],
+)
+async def test_greedy_pipelined_equals_blocking_on_the_engine(
+    stack, tree, slot_order, n_tokens, questions
+):
+    cfg = tree_config(tree, max_new_tokens=n_tokens, slot_order=slot_order)
+    async with RouterContext.open(stack_cluster(stack)) as ctx:
+        for q in questions:
+            piped = await Session(ctx, cfg, q, "pipelined").run_all()
+            orders = {a: t["slot_order"] for a, t in piped.trace.items() if t["slot_order"]}
+            blocked = await Session(ctx, cfg, q, "blocking", slot_orders=orders).run_all()
+            for agent, t in piped.trace.items():
+                b = blocked.trace[agent]
+                assert t["output_ids"] and t["output_ids"] == b["output_ids"], (q, agent)
+                assert t["slot_order"] == b["slot_order"]
+                assert t["prompt_tokens"] == b["prompt_tokens"]
+            succ = [t for t in piped.trace.values() if t["slot_order"]]
+            assert all(t["warmups"] >= 1 and t["cached_tokens"] > 0 for t in succ)
+    assert wait_idle([stack.prefill.url, stack.decode.url]) == {
+        stack.prefill.url: 0,
+        stack.decode.url: 0,
+    }
+
+
+@pytest.fixture(scope="module")
+def second_prefill(stack, tmp_path_factory):
+    """One more prefill worker for the same model (the stack's decode pairs with either)."""
+    import procs
+    from conftest import PD_PAGE_SIZE, WORKER_ARGS
+
+    log_dir = tmp_path_factory.mktemp("prefill2-logs")
+    p = procs.start_worker(
+        "prefill2",
+        stack.model_dir,
+        log_dir,
+        "prefill",
+        WORKER_ARGS + ["--page-size", str(PD_PAGE_SIZE)],
+    )
+    try:
+        procs.wait_healthy([p])
+        yield p
+    finally:
+        procs.stop(p)
+
+
+async def test_each_successor_sticks_to_one_of_two_prefill_workers(stack, second_prefill):
+    from conftest import PD_PAGE_SIZE
+
+    cfg = tree_config("tree_3_1_cpu", max_new_tokens=4)
+    used = []
+    async with RouterContext.open(stack_cluster(stack, [second_prefill])) as ctx:
+        for q in QUESTIONS:
+            t = (await Session(ctx, cfg, q, "pipelined").run_all()).trace["final"]
+            used.append(t["prefill_url"])
+            # The final request hit what its warm-ups left, so it reached their worker (only
+            # whole pages are cached).
+            warmed = t["warmup_lengths"][-1] // PD_PAGE_SIZE * PD_PAGE_SIZE
+            assert t["cached_tokens"] >= warmed, t
+    assert set(used) == {stack.prefill.url, second_prefill.url}
+
+
+async def test_cancelled_question_leaves_no_requests(stack):
+    cfg = tree_config("tree_3_1_cpu", max_new_tokens=200)
+    async with RouterContext.open(stack_cluster(stack)) as ctx:
+        session = Session(ctx, cfg, QUESTIONS[0], "pipelined")
+        task = asyncio.create_task(session.run_all())
+        for _ in range(200):
+            await asyncio.sleep(0.05)
+            if all(len(session.apc[a].output_ids) > 2 for a in ("leaf_0_0", "leaf_0_1")):
+                break
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+    assert all(t["killed"] for t in session.trace().values())
+    assert wait_idle([stack.prefill.url, stack.decode.url]) == {
+        stack.prefill.url: 0,
+        stack.decode.url: 0,
+    }

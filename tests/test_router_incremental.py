@@ -1,0 +1,90 @@
+"""The warm-up loop against a fake prefill worker: chunk policies, one warm-up in flight,
+re-warming after a dropped slot."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from router.answer_cache import AnswerCache
+from router.config import IncrementalPrefill
+from router.context import RouterContext
+from router.incremental import WarmupLoop, next_warmup
+from router.successor_prompt import SuccessorPrompt, token_source
+from router.template import build_pieces
+from router.trace import AgentTrace
+from tests.router_fixtures import smollm_tokenizer_path, start_fake_cluster  # noqa: F401
+from tests.test_router_template import AGG
+
+ADAPTIVE = IncrementalPrefill()
+
+
+def test_next_warmup_policies():
+    warmed, ready = [1, 2, 3], [1, 2, 3, 4, 5, 6, 7]
+    assert next_warmup(warmed, ready, ADAPTIVE) == ready
+    assert next_warmup(ready, ready, ADAPTIVE) is None
+    fixed = IncrementalPrefill(chunk_policy="fixed", chunk_tokens=3)
+    assert next_warmup(warmed, ready, fixed) == [1, 2, 3, 4, 5, 6]
+    assert next_warmup(warmed, ready[:5], fixed) is None
+    # A dropped slot invalidated the warmed tail: re-extend from the longest valid prefix.
+    assert next_warmup([1, 2, 9, 9], [1, 2, 3, 4, 5], fixed) == [1, 2, 3, 4, 5]
+
+
+async def run_loop(tok_path, policy, feed_delay_s, prefill_s_per_token=0.0):
+    cluster = await start_fake_cluster(
+        tok_path, prefill={"prefill_s_per_token": prefill_s_per_token}
+    )
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            tok = ctx.tokenizer("smollm2")
+            apc = AnswerCache(["a", "b", "c"])
+            pieces = build_pieces(tok, AGG, "q?")
+            prompt = SuccessorPrompt(
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
+            )
+            dep = ctx.deployments["smollm2"]
+            target = dep.pick_prefill()
+            trace = AgentTrace(model="smollm2", layer=2)
+            loop = WarmupLoop(prompt, apc, dep, target, policy, trace, "moa-warm-t-", 5.0)
+
+            async def feed():
+                for agent in "abc":
+                    for t in range(40):
+                        apc.append(agent, [1000 + t], [0.0], "")
+                        await asyncio.sleep(feed_delay_s)
+                    apc.finish(agent)
+
+            feeder = asyncio.create_task(feed())
+            ids = await loop.run()
+            await feeder
+            return ids, trace, cluster.prefills[0], len(pieces.head)
+    finally:
+        await cluster.close()
+
+
+async def test_adaptive_warms_the_static_prefix_first_and_keeps_one_in_flight(
+    smollm_tokenizer_path,  # noqa: F811
+):
+    ids, trace, worker, head = await run_loop(
+        smollm_tokenizer_path, ADAPTIVE, 0.001, prefill_s_per_token=0.0005
+    )
+    lengths = trace.warmup_lengths
+    assert lengths[0] == head
+    assert lengths == sorted(lengths) and len(set(lengths)) == len(lengths)
+    assert worker.max_concurrent == 1
+    # Every warm-up after the first found all it had warmed before in the cache.
+    warm = worker.warmups()
+    assert [len(w["input_ids"]) for w in warm] == lengths
+    assert all(w["bootstrap_host"] == "2.2.2.2" for w in warm)
+    assert len(ids) > lengths[-1]
+
+
+@pytest.mark.parametrize("chunk", [8, 32])
+async def test_fixed_chunks_carry_exactly_chunk_tokens(smollm_tokenizer_path, chunk):  # noqa: F811
+    policy = IncrementalPrefill(chunk_policy="fixed", chunk_tokens=chunk)
+    ids, trace, _, head = await run_loop(smollm_tokenizer_path, policy, 0.0)
+    steps = [b - a for a, b in zip(trace.warmup_lengths, trace.warmup_lengths[1:])]
+    assert trace.warmup_lengths[0] == head
+    assert steps and all(s == chunk for s in steps)
+    assert len(ids) - trace.warmup_lengths[-1] < chunk + 200  # only the tail remains

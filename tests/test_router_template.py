@@ -1,0 +1,168 @@
+"""Prompt splicing in token space: static pieces, end-of-turn stripping, token-prefix extension,
+slot orders, dropped slots, and text splicing for another tokenizer family."""
+
+from __future__ import annotations
+
+import pytest
+
+from router.answer_cache import AnswerCache, PrecursorFailed
+from router.config import Template
+from router.successor_prompt import SuccessorPrompt, token_source
+from router.template import TextSplicer, build_pieces, clean_output, prompt_ids, render_chat
+from router.tokenizers import TokenizerStore
+from tests.router_fixtures import smollm_tokenizer_path  # noqa: F401
+
+AGG = Template(
+    system="Judge the candidates.",
+    user="Question:\n{question}\n\n[Candidate 1]\n<|answer:a|>\n\n[Candidate 2]\n"
+    "<|answer:b|>\n\n[Candidate 3]\n<|answer:c|>\n\nNow answer.",
+)
+
+
+@pytest.fixture(scope="module")
+def tok(smollm_tokenizer_path):  # noqa: F811
+    return TokenizerStore().get(smollm_tokenizer_path)
+
+
+def make_prompt(tok, apc, dropped=None, **kw) -> SuccessorPrompt:
+    pieces = build_pieces(tok, AGG, "What is 2+3?")
+    return SuccessorPrompt(
+        "agg",
+        pieces,
+        {s: token_source(tok.eot_ids) for s in pieces.slots},
+        apc,
+        dropped if dropped is not None else set(),
+        **kw,
+    )
+
+
+def test_static_pieces_render_the_chat_template(tok):
+    pieces = build_pieces(tok, AGG, "What is 2+3?")
+    assert pieces.slots == ["a", "b", "c"]
+    text = tok.tok.decode(pieces.head)
+    assert text.startswith("<|im_start|>system\nJudge the candidates.<|im_end|>")
+    assert text.endswith("[Candidate 1]\n")
+    assert tok.tok.decode(pieces.betweens[0]) == "\n\n[Candidate 2]\n"
+    assert tok.tok.decode(pieces.tail).endswith("Now answer.<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_slotless_prompt_is_the_chat_template(tok):
+    t = Template(system="S", user="Q: {question}")
+    assert tok.tok.decode(prompt_ids(tok, t, "hi")) == render_chat(tok, t, "Q: hi")
+
+
+def test_end_of_turn_tokens_are_stripped(tok):
+    im_end = tok.tok.convert_tokens_to_ids("<|im_end|>")
+    assert im_end in tok.eot_ids
+    assert clean_output([5, 6, im_end], tok.eot_ids) == [5, 6]
+
+
+async def test_every_state_is_a_token_prefix_of_the_final_prompt(tok):
+    apc = AnswerCache(["a", "b", "c"])
+    prompt = make_prompt(tok, apc)
+    im_end = tok.tok.convert_tokens_to_ids("<|im_end|>")
+    outs = {"a": [300, 301, 302, im_end], "b": [400, 401], "c": [500, 501, 502]}
+    states = [prompt.state()]
+    # Interleaved streaming: c races ahead, a and b trickle.
+    for step in range(5):
+        for agent in ("c", "b", "a"):
+            if step < len(outs[agent]):
+                apc.append(agent, [outs[agent][step]], [0.0], "")
+                states.append(prompt.state())
+            elif not apc[agent].done:
+                apc.finish(agent)
+                states.append(prompt.state())
+    final = states[-1]
+    assert final.complete and not any(s.complete for s in states[:-1])
+    for s in states:
+        assert final.ids[: len(s.ids)] == s.ids
+    p = build_pieces(tok, AGG, "What is 2+3?")
+    assert final.ids == (
+        p.head
+        + [300, 301, 302]
+        + p.betweens[0]
+        + [400, 401]
+        + p.betweens[1]
+        + [500, 501, 502]
+        + p.tail
+    )
+    assert prompt.order == ["a", "b", "c"]
+
+
+def _finish(apc, agent, ids):
+    apc.append(agent, ids, [0.0] * len(ids), "")
+    apc.finish(agent)
+
+
+async def test_dynamic_order_gives_the_next_slot_to_the_first_finished(tok):
+    apc = AnswerCache(["a", "b", "c"])
+    prompt = make_prompt(tok, apc, dynamic=True)
+    apc.append("b", [400], [0.0], "")
+    apc.append("c", [500, 501], [0.0, 0.0], "")
+    prompt.state()
+    assert prompt.order == ["c"]  # most streamed, nobody finished yet
+    _finish(apc, "c", [502])
+    _finish(apc, "a", [300])
+    prompt.state()
+    # a finished first among the rest; b, still streaming, takes the last position.
+    assert prompt.order == ["c", "a", "b"]
+    _finish(apc, "b", [401])
+    st = prompt.state()
+    assert st.complete and prompt.order == ["c", "a", "b"]
+
+
+async def test_blocking_dynamic_order_is_completion_order(tok):
+    apc = AnswerCache(["a", "b", "c"])
+    for agent in ("b", "c", "a"):
+        _finish(apc, agent, [300])
+    prompt = make_prompt(tok, apc, dynamic=True)
+    prompt.state()
+    assert prompt.order == ["b", "c", "a"]
+
+
+async def test_forced_order_reproduces_a_prompt(tok):
+    apc = AnswerCache(["a", "b", "c"])
+    for agent, ids in (("a", [1000]), ("b", [2000]), ("c", [3000])):
+        _finish(apc, agent, ids)
+    ids = make_prompt(tok, apc, forced_order=["c", "a", "b"]).state().ids
+    p = build_pieces(tok, AGG, "What is 2+3?")
+    assert ids == p.head + [3000] + p.betweens[0] + [1000] + p.betweens[1] + [2000] + p.tail
+
+
+async def test_dropping_the_last_slot_keeps_the_warmed_prefix(tok):
+    apc = AnswerCache(["a", "b", "c"])
+    dropped: set[str] = set()
+    prompt = make_prompt(tok, apc, dropped)
+    _finish(apc, "a", [300])
+    _finish(apc, "b", [400])
+    apc.append("c", [500], [0.0], "")
+    before = prompt.state()
+    dropped.add("c")
+    after = prompt.state()
+    p = build_pieces(tok, AGG, "What is 2+3?")
+    assert after.complete
+    assert after.ids == p.head + [300] + p.betweens[0] + [400] + p.tail
+    assert before.ids[: len(after.ids) - len(p.tail)] == after.ids[: -len(p.tail)]
+
+
+async def test_a_failed_precursor_fails_the_successor_by_name(tok):
+    apc = AnswerCache(["a", "b", "c"])
+    prompt = make_prompt(tok, apc)
+    apc.fail("b", "decode request to http://x failed: HTTP 500")
+    with pytest.raises(PrecursorFailed, match="precursor 'b' failed: decode request"):
+        prompt.state()
+
+
+def test_text_splicer_holds_back_an_unstable_tail(tok):
+    text = "The answer is 42 because six times seven is forty-two, unquestionably."
+    final = tok.encode(text)
+    splicer = TextSplicer(tok, holdback=4)
+    committed: list[int] = []
+    for cut in range(1, len(text) + 1):
+        ids = splicer.ids(text[:cut], done=False)
+        assert len(ids) <= max(0, len(tok.encode(text[:cut])) - 4)
+        committed = ids
+        # Every committed prefix survives to the final tokenization of the whole text.
+        assert final[: len(ids)] == ids
+    assert len(committed) == len(final) - 4
+    assert splicer.ids(text, done=True) == final
