@@ -118,3 +118,44 @@ def test_missing_model_path_fails_before_anything_starts(tmp_path):
     with pytest.raises(LaunchError, match="/no/such/model"):
         stack.up()
     assert stack.procs == [] and not Path(tmp_path / "processes.json").exists()
+
+
+def _run_script(script: str, tmp_path: Path, env: dict) -> list[str]:
+    """Run a researcher script with MOA_PD pointing at a recorder; returns the calls it made."""
+    import os
+    import subprocess
+
+    log = tmp_path / "calls"
+    recorder = tmp_path / "moa-pd"
+    recorder.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
+    recorder.chmod(0o755)
+    root = Path(__file__).resolve().parent.parent
+    subprocess.run(["bash", str(root / "launch" / script)], check=True, cwd=tmp_path,
+                   env={**os.environ, "MOA_PD": str(recorder), **env})
+    return log.read_text().splitlines()
+
+
+def test_experiment_script_reads_its_environment(tmp_path):
+    calls = _run_script("run_servers_all_pd_w_experiment.sh", tmp_path, {
+        "CONFIG_PATH": "tree_9_3_1_homo", "DENSE_CONFIG_PATH": "all_to_all_9_9_1_homo",
+        "DATASET": "math500", "NUM_SAMPLES": "7", "QUESTION_BATCH_SIZE": "4",
+        "BACKEND": "sglang", "OUT": "runs/x"})
+    assert calls[0] == ("up --config tree_9_3_1_homo --config all_to_all_9_9_1_homo --backend "
+                        "sglang --run-dir runs/x/deployment --detach")
+    assert calls[1] == ("run --config tree_9_3_1_homo --dense-config all_to_all_9_9_1_homo "
+                        "--dataset math500 --num-samples 7 --settings 1,2,3,4 --concurrency 4 "
+                        "--cluster runs/x/deployment/cluster.json --out runs/x")
+    assert calls[2] == "down --run-dir runs/x/deployment"  # torn down on exit
+
+
+def test_experiment_script_without_dense_config_skips_setting_1(tmp_path):
+    calls = _run_script("run_servers_all_pd_w_experiment.sh", tmp_path,
+                        {"DENSE_CONFIG_PATH": "", "OUT": "o"})
+    assert "--dense-config" not in calls[1] and "--settings 2,3,4" in calls[1]
+
+
+def test_servers_script_passes_every_config(tmp_path):
+    calls = _run_script("run_servers_all_pd.sh", tmp_path,
+                        {"CONFIG_PATH": "tree_3_1_cpu all_to_all_9_9_1_cpu", "OUT": "o"})
+    assert calls == [("up --config tree_3_1_cpu --config all_to_all_9_9_1_cpu --backend torch "
+                     "--run-dir o --host 127.0.0.1")]
