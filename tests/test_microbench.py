@@ -1,0 +1,74 @@
+"""The microbench's pure parts: prompt sampling, warm-up chunking, row schema, normalization to PD,
+and the command registration. No worker is started."""
+
+import argparse
+
+import pytest
+
+from experiments import microbench as mb
+from experiments.microbench_deploy import kv_tokens
+
+
+def test_prompts_are_seeded_in_range_and_uniform_lengths():
+    a = mb.sample_prompts(200, 64, 1000, seed=3)
+    assert a == mb.sample_prompts(200, 64, 1000, seed=3)
+    assert a != mb.sample_prompts(200, 64, 1000, seed=4)
+    lengths = [len(p) for p in a]
+    assert min(lengths) >= 1 and max(lengths) <= 64
+    assert len(set(lengths)) > 30  # spread over the range, not one fixed length
+    assert all(mb.LOW_TOKEN_ID <= t < 1000 for p in a for t in p)
+
+
+@pytest.mark.parametrize("bad", [(0, 8, 1000), (3, 0, 1000), (3, 8, mb.LOW_TOKEN_ID)])
+def test_prompt_sampling_rejects_bad_sizes(bad):
+    with pytest.raises(ValueError):
+        mb.sample_prompts(*bad, seed=0)
+
+
+def test_warm_prefixes_stop_before_the_tail():
+    assert mb.warm_prefix_lengths(1, 128) == []
+    assert mb.warm_prefix_lengths(128, 128) == []
+    assert mb.warm_prefix_lengths(129, 128) == [128]
+    assert mb.warm_prefix_lengths(300, 100) == [100, 200]
+    with pytest.raises(ValueError):
+        mb.warm_prefix_lengths(10, 0)
+
+
+def test_row_schema_is_what_the_figure_reads():
+    row = mb.make_row("pd", 17, 1.5, 0.25, 0, prompt_index=2)
+    assert set(mb.ROW_KEYS) <= set(row)
+    assert row["prompt_tokens"] == 17 and row["ttft_s"] == 0.25
+    with pytest.raises(ValueError):
+        mb.make_row("dp3", 17, 1.5, None, 0, prompt_index=0)
+
+
+def test_medians_are_normalized_to_plain_pd():
+    rows = []
+    for i, (pd, inc) in enumerate([(2.0, 1.0), (4.0, 3.0), (6.0, 3.0)]):
+        rows += [mb.make_row("pd", 10, pd, 0.1, 0, i), mb.make_row("incremental", 10, inc, None,
+                                                                   8, i)]
+    summary = {s["variant"]: s for s in mb.normalized_medians(rows)}
+    assert summary["pd"]["vs_pd"] == 1.0
+    assert summary["incremental"]["vs_pd"] == pytest.approx(3.0 / 4.0)
+    assert summary["incremental"]["paired_vs_pd"] == pytest.approx(0.5)  # of 0.5, 0.75, 0.5
+    assert summary["incremental"]["median_ttft_s"] is None
+    assert summary["incremental"]["mean_cached_tokens"] == 8
+    table = mb.format_table(list(summary.values()))
+    assert "| incremental | 3 |" in table
+    with pytest.raises(ValueError):
+        mb.normalized_medians([mb.make_row("dp2", 10, 1.0, None, 0, 0)])
+
+
+def test_kv_pool_holds_two_sequences():
+    assert kv_tokens(100) == 2048
+    assert kv_tokens(1056) == 2304 and kv_tokens(1056) >= 2 * 1056
+
+
+def test_command_is_registered_with_cpu_defaults():
+    from experiments.commands import _COMMANDS
+
+    assert ("microbench", "experiments.microbench") in [(c, m) for c, m, _ in _COMMANDS]
+    p = argparse.ArgumentParser()
+    mb.add_arguments(p)
+    args = p.parse_args(["--out", "x"])
+    assert (args.num_prompts, args.output_len, args.max_len) == (12, 32, 1024)
