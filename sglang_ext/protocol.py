@@ -110,3 +110,14 @@ def error_body(message: str, status: int) -> dict:
 # {rid, prompt_tokens, cached_tokens, e2e_latency, elapsed_s}: e2e_latency is the server's own
 # figure when it reports one, elapsed_s the wall time the route measured around the generate call.
 ELAPSED_S = "elapsed_s"
+
+# --- more request / meta_info names SGLang uses ------------------------------------------------
+RETURN_TEXT_IN_LOGPROBS = "return_text_in_logprobs"
+INPUT_TOP_LOGPROBS = "input_top_logprobs"
+WEIGHT_VERSION = "weight_version"
+
+# --- aux data that travels with a request's KV from prefill to decode (torch backend) ----------
+# Together with CACHED_TOKENS and PROMPT_TOKENS: the first token prefill sampled and its logprobs.
+AUX_FIRST_TOKEN = "first_token"
+AUX_LOGPROB = "logprob"
+AUX_TOP_LOGPROBS = "top_logprobs"

@@ -28,7 +28,7 @@ class ServerArgs:
     disaggregation_transfer_backend: str = "nixl"
     disaggregation_bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT
     page_size: int = 1
-    max_total_tokens: int | None = None  # None: sized from --context-length and running requests
+    max_total_tokens: int | None = None  # None: engine.config.DEFAULT_MAX_TOTAL_TOKENS (16384)
     max_running_requests: int = 16
     max_queued_requests: int = 256
     max_prefill_tokens: int = 4096
@@ -51,12 +51,6 @@ class ServerArgs:
             raise ValueError("--max-total-tokens must hold at least one page (--page-size)")
         if self.chunked_prefill_size < self.page_size:
             raise ValueError("--chunked-prefill-size must be >= --page-size")
-        if self.disaggregation_mode == "prefill" and self.disaggregation_transfer_backend == "fake":
-            # Same rule as SGLang 0.5.10+: a prefill server needs a real KV transport.
-            raise ValueError(
-                "Prefill server does not support 'fake' as the transfer backend; "
-                "use --disaggregation-transfer-backend nixl"
-            )
 
     @property
     def model_name(self) -> str:
@@ -70,6 +64,7 @@ def make_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="sglang_ext.launch_server --backend torch",
         description="CPU reference engine speaking SGLang's protocol",
+        allow_abbrev=False,  # an abbreviation of a flag we lack must not match one we have
     )
     d = ServerArgs(model_path="")
     p.add_argument("--model-path", required=True)
@@ -78,7 +73,9 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=d.port)
     p.add_argument("--backend", choices=["torch"], default="torch")
     p.add_argument("--disaggregation-mode", choices=list(DISAGG_MODES), default="null")
-    p.add_argument("--disaggregation-transfer-backend", choices=["nixl", "fake"], default="nixl")
+    # Only nixl: SGLang's 'fake' backend exists for decode-only tests and is refused on prefill;
+    # here fake transfers are the prefill-only warm-ups (bootstrap_host FAKE_BOOTSTRAP_HOST).
+    p.add_argument("--disaggregation-transfer-backend", choices=["nixl"], default="nixl")
     p.add_argument(
         "--disaggregation-bootstrap-port", type=int, default=d.disaggregation_bootstrap_port
     )

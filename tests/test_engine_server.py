@@ -291,3 +291,19 @@ def test_cli_rejects_unsupported_flags():
     )
     assert proc.returncode == 2
     assert "--mem-fraction-static" in proc.stderr and "torch backend" in proc.stderr
+
+
+def test_openai_stream_never_sends_part_of_a_stop_string(stack):
+    url = stack.null.url + "/v1/completions"
+    body = {"prompt": "The sea is", "max_tokens": 16, "temperature": 0}
+    base = requests.post(url, json=body, timeout=60).json()["choices"][0]["text"]
+    words = base.split()
+    stop = " " + " ".join(words[2:4])  # several tokens long
+    assert stop in base
+    with requests.post(
+        url, json=body | {"stop": stop, "stream": True}, stream=True, timeout=60
+    ) as r:
+        events = [ln for ln in r.iter_lines(decode_unicode=True) if ln]
+    assert events[-1] == "data: [DONE]"
+    streamed = "".join(json.loads(e[len("data: ") :])["choices"][0]["text"] for e in events[:-1])
+    assert streamed == base[: base.find(stop)]

@@ -50,9 +50,25 @@ def room() -> int:
     return P.new_bootstrap_room()
 
 
+def fragment_pools(stack) -> None:
+    """Leave both workers' free page lists scattered: requests of different lengths run at once
+    and finish at different times, so the next request gets non-adjacent pages on decode, in an
+    order unrelated to prefill's (the transfer must map page i to page i, not by address)."""
+    rng = random.Random(3)
+    bodies = [
+        {"input_ids": ids(rng, 9 + 7 * i), "sampling_params": greedy(2 + 5 * (i % 3))}
+        for i in range(6)
+    ]
+    with concurrent.futures.ThreadPoolExecutor(6) as ex:
+        for r in ex.map(lambda b: post(stack.router.url, b), bodies):
+            assert r.status_code == 200, r.text
+
+
 def test_greedy_router_pd_equals_null_equals_transformers(stack):
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    fragment_pools(stack)
 
     tok = AutoTokenizer.from_pretrained(stack.model_dir)
     prompt = tok.apply_chat_template(

@@ -1,6 +1,6 @@
-"""Scheduler + Engine loop with a fake model whose next token depends on every KV slot it reads:
-if pages or slots were mapped wrong (sharing, eviction, chunking, batching), the output would
-differ from the pure-Python reference."""
+"""Scheduler + Engine loop with a fake model whose next token depends on every KV slot it reads,
+and on their order: if pages or slots were mapped wrong (sharing, eviction, chunking, batching,
+pages out of order), the output would differ from the pure-Python reference."""
 
 from __future__ import annotations
 
@@ -17,18 +17,25 @@ from sglang_ext.engine.request import OutputChunk, Req, SamplingParams
 V = 97  # vocab; small ints are exact in float32
 
 
+def next_token(seq) -> int:
+    """31 * (position-weighted sum of the sequence) mod V: order-sensitive, unlike a plain sum."""
+    return (31 * sum((i + 1) * t for i, t in enumerate(seq))) % V
+
+
 class KVSumModel:
-    """Writes each new token id as its K; next token = 31 * (sum of the sequence's K's) mod V."""
+    """Writes each new token id as its K; next token = next_token(the sequence's K's, in slot
+    order). All in int64 so that the sums stay exact."""
 
     def __init__(self, delay_s: float = 0.0):
         self.delay_s = delay_s  # makes requests live long enough to abort them
 
     def forward(self, batch, kv_buffer, all_logits=False):
         time.sleep(self.delay_s)
-        kv_buffer[0, 0, batch.out_slots, 0, 0] = batch.input_ids.float()
+        kv_buffer[0, 0, batch.out_slots, 0, 0] = batch.input_ids.to(kv_buffer.dtype)
         rows = []
         for slots in batch.seq_slots:
-            s = int(kv_buffer[0, 0, slots, 0, 0].sum().item())
+            k = kv_buffer[0, 0, slots, 0, 0].long()
+            s = int((k * torch.arange(1, len(k) + 1)).sum())
             rows.append(torch.nn.functional.one_hot(torch.tensor((31 * s) % V), V).float())
         return torch.stack(rows)
 
@@ -36,15 +43,17 @@ class KVSumModel:
 def reference(prompt: list[int], n: int) -> list[int]:
     seq, out = list(prompt), []
     for _ in range(n):
-        tok = (31 * sum(seq)) % V
+        tok = next_token(seq)
         out.append(tok)
         seq.append(tok)
     return out
 
 
-def make_engine(num_pages=64, page_size=4, chunk=64, max_running=8, delay_s=0.0) -> Engine:
+def make_engine(
+    num_pages=64, page_size=4, chunk=64, max_running=8, delay_s=0.0, mode="null"
+) -> Engine:
     cfg = EngineConfig(
-        mode="null",
+        mode=mode,
         page_size=page_size,
         num_pages=num_pages,
         max_running_requests=max_running,
@@ -81,16 +90,19 @@ class Collector:
         return self.chunks[-1]
 
 
+def make_req(rid, prompt, n, col, **sp) -> Req:
+    sp.setdefault("temperature", 0.0)
+    return Req(
+        rid=rid,
+        input_ids=list(prompt),
+        on_output=col,
+        sampling=SamplingParams(max_new_tokens=n, **sp),
+    )
+
+
 def submit(engine, rid, prompt, n, **sp) -> Collector:
     col = Collector()
-    engine.submit(
-        Req(
-            rid=rid,
-            input_ids=list(prompt),
-            on_output=col,
-            sampling=SamplingParams(max_new_tokens=n, temperature=0.0, **sp),
-        )
-    )
+    engine.submit(make_req(rid, prompt, n, col, **sp))
     return col
 
 
@@ -182,12 +194,19 @@ def test_too_big_for_pool_is_503():
 
 
 def test_stop_token_ids_and_min_new_tokens(engine):
-    ref = reference([9, 9], 8)
-    col = submit(engine, "s", [9, 9], 8, stop_token_ids=[ref[2]])
+    prompt = [9, 9]
+    ref = reference(prompt, 12)
+    stop = ref[2]
+    col = submit(engine, "s", prompt, 12, stop_token_ids=[stop])
     assert col.done.wait(5)
-    stop_at = ref.index(ref[2]) + 1
-    assert col.ids == ref[:stop_at]
-    assert col.last.finish_reason == {"type": "stop", "matched": ref[2]}
+    assert col.ids == ref[: ref.index(stop) + 1]
+    assert col.last.finish_reason == {"type": "stop", "matched": stop}
+    # min_new_tokens 5: the stop token at output 3 is ignored; the one at output 7 stops it
+    assert stop not in ref[3:7]
+    col = submit(engine, "m", prompt, 12, stop_token_ids=[stop, ref[6]], min_new_tokens=5)
+    assert col.done.wait(5)
+    assert col.ids == ref[:7]
+    assert col.last.finish_reason == {"type": "stop", "matched": ref[6]}
 
 
 def test_eviction_under_pressure_keeps_outputs_right():

@@ -6,7 +6,7 @@ BootstrapServer, FakeKVSender). The engine's prefill and decode queues are the c
 
 from sglang_ext.disagg.bootstrap import BootstrapServer
 from sglang_ext.disagg.fake_transfer import FakeKVReceiver, FakeKVSender
-from sglang_ext.disagg.manager import KVManager
+from sglang_ext.disagg.manager import KVManager, RoomInUseError
 from sglang_ext.disagg.poll import KVPoll
 from sglang_ext.disagg.ranges import match_ranges, page_ranges
 from sglang_ext.disagg.receiver import KVReceiver
@@ -20,6 +20,7 @@ __all__ = [
     "KVPoll",
     "KVReceiver",
     "KVSender",
+    "RoomInUseError",
     "match_ranges",
     "page_ranges",
 ]

@@ -6,8 +6,10 @@ listener (`POST /kv_dest`, `POST /kv_abort`) and the client calls decode's KVRec
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -19,6 +21,17 @@ from sglang_ext.disagg.ranges import Range
 from sglang_ext.protocol import BOOTSTRAP_ROOM, error_body
 
 logger = logging.getLogger(__name__)
+
+# How long /kv_abort waits for a WRITE in flight to be released before answering 503.
+ABORT_RELEASE_WAIT_S = 5.0
+
+
+class ControlError(RuntimeError):
+    """A non-200 answer on the control channel; `status` tells a refusal (4xx) from a fault."""
+
+    def __init__(self, message: str, status: int) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(slots=True)
@@ -52,12 +65,13 @@ class ControlListener:
     """Serves the two routes on host (free port, see .port) on the given loop thread.
 
     `on_destination` returns None when it takes the destination, else the reason it refuses it
-    (answered 409). `on_abort` records that decode gave up a room.
+    (answered 409). `on_abort` records that decode gave up a room and returns an Event to wait
+    for (the release of a WRITE in flight) before answering, or None.
     """
 
     def __init__(self, loop: LoopThread, host: str,
                  on_destination: Callable[[Destination], str | None],
-                 on_abort: Callable[[int], None]) -> None:
+                 on_abort: Callable[[int], threading.Event | None]) -> None:
         self._loop = loop
         self._on_destination = on_destination
         self._on_abort = on_abort
@@ -89,7 +103,12 @@ class ControlListener:
         except (ValueError, KeyError, TypeError) as e:
             return web.json_response(error_body(f"POST /kv_abort needs {BOOTSTRAP_ROOM}: {e!r}", 400),
                                      status=400)
-        self._on_abort(room)
+        released = self._on_abort(room)
+        if released is not None:  # answer once no byte of the room's WRITE can still land
+            loop = asyncio.get_running_loop()
+            if not await loop.run_in_executor(None, released.wait, ABORT_RELEASE_WAIT_S):
+                msg = f"room {room}: its KV WRITE was not released within {ABORT_RELEASE_WAIT_S} s"
+                return web.json_response(error_body(msg, 503), status=503)
         return web.json_response({"ok": True})
 
     def close(self) -> None:
@@ -99,10 +118,12 @@ class ControlListener:
 async def post_destination(session: aiohttp.ClientSession, url: str, dest: Destination) -> None:
     async with session.post(f"{url}/kv_dest", json=dest.to_json()) as resp:
         if resp.status != 200:
-            raise RuntimeError(f"POST {url}/kv_dest -> {resp.status}: {await resp.text()}")
+            raise ControlError(f"POST {url}/kv_dest -> {resp.status}: {await resp.text()}",
+                               resp.status)
 
 
 async def post_abort(session: aiohttp.ClientSession, url: str, room: int) -> None:
     async with session.post(f"{url}/kv_abort", json={BOOTSTRAP_ROOM: room}) as resp:
         if resp.status != 200:
-            raise RuntimeError(f"POST {url}/kv_abort -> {resp.status}: {await resp.text()}")
+            raise ControlError(f"POST {url}/kv_abort -> {resp.status}: {await resp.text()}",
+                               resp.status)

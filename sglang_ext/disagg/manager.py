@@ -22,6 +22,7 @@ import torch
 from sglang_ext.disagg.bootstrap import BootstrapServer, get_route, put_route
 from sglang_ext.disagg.control import ControlListener, Destination
 from sglang_ext.disagg.loop_thread import LoopThread
+from sglang_ext.disagg.notif_poller import NotifPoller
 from sglang_ext.disagg.ranges import check_kv_buffer
 from sglang_ext.disagg.transfer import make_backend
 from sglang_ext.disagg.xfer_worker import TransferWorker
@@ -33,8 +34,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_TIMEOUT_S = 300.0  # SGLang's default for both timeouts
 _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
+
+
+class RoomInUseError(ValueError):
+    """A bootstrap_room that already has a live sender/receiver on this worker (a client bug)."""
 
 
 def _timeout(explicit: float | None, env: str) -> float:
@@ -49,7 +54,8 @@ class KVManager:
         """bootstrap_port: prefill serves its BootstrapServer there (None: a free port, read it
         from .bootstrap_port); decode only keeps it, as SGLang's default prefill port.
         Timeouts default to SGLang's env vars SGLANG_DISAGGREGATION_{BOOTSTRAP,WAITING}_TIMEOUT,
-        else 30 s: bootstrap = waiting for the peer's half of the handshake, waiting = for the KV.
+        else 300 s as SGLang (the engine passes its own EngineConfig values): bootstrap = waiting
+        for the peer's half of the handshake, waiting = for the KV.
         """
         if mode not in ("prefill", "decode"):
             raise ValueError(f"KVManager mode must be 'prefill' or 'decode', got {mode!r}")
@@ -74,6 +80,9 @@ class KVManager:
         self.control: ControlListener | None = None
         self.bootstrap_port: int | None = bootstrap_port
         self.xfer: TransferWorker | None = None
+        self.notif_poller: NotifPoller | None = None
+        if mode == "decode":
+            self.notif_poller = NotifPoller(self._poll_notifs, "kv-notifs")
         if mode == "prefill":
             try:
                 self._start_prefill(bootstrap_port or 0)
@@ -110,6 +119,8 @@ class KVManager:
                 peer._fail(f"room {peer.room}: KV manager closed")
         if self.xfer is not None:
             self.xfer.close()
+        if self.notif_poller is not None:
+            self.notif_poller.close()
         for server in (self.control, self.bootstrap_server):
             if server is not None:
                 server.close()
@@ -123,7 +134,7 @@ class KVManager:
             self._check_open()
             room = sender.room
             if room in self.senders:
-                raise ValueError(f"room {room} already has a live KVSender on this worker")
+                raise RoomInUseError(f"room {room} already has a live KVSender on this worker")
             self._expire(time.monotonic())
             self.senders[room] = sender
             if room in self._tombstones:
@@ -166,26 +177,42 @@ class KVManager:
                 sender._on_destination(dest)
         return None
 
-    def _on_decode_abort(self, room: int) -> None:
-        """Loop thread: decode gave the room up."""
+    def _on_decode_abort(self, room: int) -> threading.Event | None:
+        """Loop thread: decode gave the room up. Returns what to wait for before acknowledging:
+        the release of a WRITE already handed to the transfer thread (None: nothing in flight)."""
         with self.lock:
             self._tombstone(room)
             sender = self.senders.get(room)
-            if sender is not None:
-                sender._dest = None  # decode knows already; do not notify it back
-                sender._fail(f"decode aborted room {room}")
+            if sender is None:
+                return None
+            sender._dest = None  # decode knows already; do not notify it back
+            job = sender._job
+            sender._fail(f"decode aborted room {room}")
+            return job.released if job is not None else None
 
     # --- decode ----------------------------------------------------------------------------------
     def _attach_receiver(self, receiver: KVReceiver) -> None:
         with self.lock:
             self._check_open()
             if receiver.room in self.receivers:
-                raise ValueError(f"room {receiver.room} already has a live KVReceiver here")
+                raise RoomInUseError(f"room {receiver.room} already has a live KVReceiver here")
             self.receivers[receiver.room] = receiver
 
     def _detach_receiver(self, receiver: KVReceiver) -> None:
         if self.receivers.get(receiver.room) is receiver:
             del self.receivers[receiver.room]
+
+    def _poll_notifs(self) -> bool:
+        """Poller thread: drain once if a receiver awaits its KV; True while one still does."""
+        with self.lock:
+            if self._closed or not self._awaiting_kv():
+                return False
+            self._drain_notifs()
+            return self._awaiting_kv()
+
+    def _awaiting_kv(self) -> bool:
+        # A receiver stays in the table until it is done; init() gave it a destination.
+        return any(r.initialized for r in self.receivers.values())
 
     def _drain_notifs(self) -> None:
         """Hand each notification that arrived to the receiver of its room (lock held)."""

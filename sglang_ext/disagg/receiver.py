@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
-from sglang_ext.disagg.control import Destination, post_abort, post_destination
+from sglang_ext.disagg.control import ControlError, Destination, post_abort, post_destination
 from sglang_ext.disagg.poll import KVPoll
 from sglang_ext.disagg.ranges import Range, check_ranges_within
 
@@ -25,6 +25,11 @@ logger = logging.getLogger(__name__)
 
 # What an HTTP exchange with the prefill side can raise (RuntimeError: a non-200 answer).
 _HTTP_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError, RuntimeError, KeyError, ValueError)
+
+
+def _refused(e: Exception) -> bool:
+    """post_destination's error for a 4xx answer: prefill did not take the destination."""
+    return isinstance(e, ControlError) and 400 <= e.status < 500
 
 
 def parse_bootstrap_addr(addr: str) -> tuple[str, int]:
@@ -44,9 +49,12 @@ class KVReceiver:
         self.bootstrap_addr = bootstrap_addr
         self.room = bootstrap_room
         self.failure_reason: str | None = None
+        self.timed_out = False  # failed because a peer or the KV did not come in time
         self._state = KVPoll.Bootstrapping
         self._aux: dict | None = None
         self._deadline: float | None = None  # set by init()
+        self._dest_unsent = False  # the handshake failed before the destination was posted
+        self._abort_acked = False  # prefill answered our /kv_abort: it will not WRITE any more
         mgr._attach_receiver(self)
 
     def init(self, dst_ranges: list[Range]) -> None:
@@ -58,9 +66,24 @@ class KVReceiver:
             self._deadline = time.monotonic() + self.mgr.bootstrap_timeout
             if self._state.is_done:
                 return
+        self.mgr.notif_poller.wake()
         dest = Destination(self.room, self.mgr.backend.name, self.mgr.backend.metadata(),
                            list(dst_ranges))
         self.mgr.loop.submit(self._handshake(dest))
+
+    @property
+    def initialized(self) -> bool:
+        """init() was called: the destination is (being) sent and KV may arrive."""
+        return self._deadline is not None
+
+    @property
+    def writes_possible(self) -> bool:
+        """Prefill may still WRITE into this room's destination pages: init() was called, the
+        KV did not arrive, and prefill neither refused the destination nor acknowledged an
+        abort. Decode keeps such pages out of its pool (a late WRITE would corrupt a reuse)."""
+        with self.mgr.lock:
+            return (self._deadline is not None and self._state != KVPoll.Success
+                    and not self._dest_unsent and not self._abort_acked)
 
     def poll(self) -> KVPoll:
         with self.mgr.lock:
@@ -68,6 +91,7 @@ class KVReceiver:
                 return self._state
             self.mgr._drain_notifs()
             if not self._state.is_done and self._deadline and time.monotonic() > self._deadline:
+                self.timed_out = True
                 if self._state == KVPoll.Bootstrapping:
                     self._fail(f"handshake for room {self.room} with prefill bootstrap "
                                f"http://{self.bootstrap_addr} not done within "
@@ -97,13 +121,16 @@ class KVReceiver:
     # --- loop thread ---------------------------------------------------------------------------
     async def _handshake(self, dest: Destination) -> None:
         step = f"GET http://{self.bootstrap_addr}/route"
+        posted = False
         try:
             url = await self.mgr._control_url(self.bootstrap_addr)
             step = f"POST {url}/kv_dest"
+            posted = True
             await post_destination(self.mgr.session, url, dest)
         except _HTTP_ERRORS as e:
             self.mgr._forget_route(self.bootstrap_addr)
             with self.mgr.lock:
+                self._dest_unsent = not posted or _refused(e)
                 if not self._state.is_done:
                     self._fail(f"room {self.room}: {step} failed: {e!r}")
             return
@@ -116,6 +143,8 @@ class KVReceiver:
         try:
             await post_abort(self.mgr.session, await self.mgr._control_url(self.bootstrap_addr),
                              self.room)
+            with self.mgr.lock:
+                self._abort_acked = True
         except _HTTP_ERRORS as e:  # prefill gone or unreachable: its own timeout frees the room
             logger.info("could not tell prefill %s about abort of room %d: %r",
                         self.bootstrap_addr, self.room, e)

@@ -36,6 +36,7 @@ class KVSender:
         self.bootstrap_addr = bootstrap_addr
         self.room = bootstrap_room
         self.failure_reason: str | None = None
+        self.timed_out = False  # failed because a peer or the KV did not come in time
         self._state = KVPoll.Bootstrapping
         self._dest: Destination | None = None
         self._payload: tuple[list[Range], bytes] | None = None  # send() before the destination
@@ -46,6 +47,7 @@ class KVSender:
     def poll(self) -> KVPoll:
         with self.mgr.lock:
             if not self._state.is_done and time.monotonic() > self._deadline:
+                self.timed_out = True
                 if self._state == KVPoll.Bootstrapping:
                     self._fail(f"no destination for room {self.room} arrived from decode within "
                                f"{self.mgr.bootstrap_timeout:.0f} s (bootstrap timeout)")

@@ -11,7 +11,7 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sglang_ext.disagg.ranges import Range, match_ranges
 from sglang_ext.disagg.transfer import TransferBackend, XferState
@@ -30,6 +30,9 @@ class XferJob:
     on_done: Callable[[str | None], None]  # None when the data and notification are delivered
     cancelled: bool = False  # set by the sender on abort/timeout; the worker releases the handle
     handle: object | None = None
+    # Set once the worker is done with the job (handle released, or never posted): no byte of
+    # it can land at decode after that. Decode's abort is acknowledged only then.
+    released: threading.Event = field(default_factory=threading.Event)
 
 
 class TransferWorker:
@@ -56,6 +59,7 @@ class TransferWorker:
             if job is None:
                 for j in inflight:
                     self._backend.release(j.handle)
+                    j.released.set()
                 return
             if isinstance(job, XferJob) and self._post(job):
                 inflight.append(job)
@@ -63,11 +67,13 @@ class TransferWorker:
 
     def _post(self, job: XferJob) -> bool:
         if job.cancelled:
+            job.released.set()
             return False
         try:
             src, dst = match_ranges(job.src, job.dst)
             job.handle = self._backend.write(src, dst, job.peer, job.notif)
         except Exception as e:  # noqa: BLE001 -- any failure must reach the sender, not kill us
+            job.released.set()
             job.on_done(str(e))
             return False
         return True
@@ -75,10 +81,12 @@ class TransferWorker:
     def _finished(self, job: XferJob) -> bool:
         if job.cancelled:
             self._backend.release(job.handle)
+            job.released.set()
             return True
         state = self._backend.check(job.handle)
         if state == XferState.PROC:
             return False
         self._backend.release(job.handle)
+        job.released.set()
         job.on_done(None if state == XferState.DONE else f"NIXL WRITE to agent {job.peer} failed")
         return True

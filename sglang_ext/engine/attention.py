@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sglang_ext.engine.forward_batch import ForwardBatch
-from sglang_ext.engine.weights import MergedLinear
+from sglang_ext.engine.linear import MergedLinear
 
 
 class RotaryEmbedding(nn.Module):

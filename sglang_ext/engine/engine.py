@@ -81,7 +81,15 @@ class Engine:
         self, rid: str, message: str = "Aborted by /abort_request"
     ) -> concurrent.futures.Future:
         """Future of True when the rid was live (and is now aborted), False when unknown."""
-        return self.call(lambda: self._abort(rid, message))
+        return self.call(lambda: rid in self.reqs and self._abort(self.reqs[rid], message))
+
+    def abort_all(self, message: str = "Aborted by /abort_request") -> int:
+        """Engine thread (through `call`): abort every live request; returns how many."""
+        return sum(self._abort(req, message) for req in list(self.reqs.values()))
+
+    def abort_req(self, req: Req, message: str) -> concurrent.futures.Future:
+        """Abort this very request (not another live one that reuses its rid)."""
+        return self.call(lambda: self.reqs.get(req.rid) is req and self._abort(req, message))
 
     def call(self, fn: Callable[[], Any]) -> concurrent.futures.Future:
         """Run `fn` in the engine thread between steps (consistent snapshots, flush, ...)."""
@@ -97,30 +105,38 @@ class Engine:
         return fut
 
     # --- engine thread ---------------------------------------------------------------------------
-    def _busy(self) -> bool:
-        s = self.sched
-        return bool(s.prefilling or s.running or (s.waiting and self._can_admit_soon()))
-
-    def _can_admit_soon(self) -> bool:
-        return len(self.sched.prefilling) + len(self.sched.running) < self.cfg.max_running_requests
+    def _pending(self) -> bool:
+        """Something may move without a new command: queued, running or transferring requests,
+        or decode pages in quarantine."""
+        s, pd = self.sched, self.pd
+        return bool(
+            s.waiting
+            or s.prefilling
+            or s.running
+            or (pd is not None and (len(pd) or pd.quarantine))
+        )
 
     def _loop(self) -> None:
+        worked = False
         while not self._stop.is_set():
-            # Block for commands when idle; when only PD transfers are pending, poll every 2 ms.
-            timeout = (
-                0
-                if self._busy()
-                else (0.002 if (self.pd and len(self.pd)) or self.sched.waiting else None)
-            )
-            self._drain(timeout)
+            # After a forward, go straight on; when the last step ran nothing but something is
+            # pending (transfers, requests waiting for pages), poll every 2 ms rather than spin;
+            # when idle, block until a command comes.
+            self._drain(0 if worked else (0.002 if self._pending() else None))
             if self._stop.is_set():
                 break
             try:
-                self.step()
+                with torch.inference_mode():
+                    worked = self.step()
             except Exception:
+                worked = False
                 logger.exception("engine step failed; failing the %d live requests", len(self.reqs))
-                for rid in list(self.reqs):
-                    self._abort(rid, "internal engine error (see the worker log)", status=500)
+                for req in list(self.reqs.values()):
+                    try:
+                        self._abort(req, "internal engine error (see the worker log)", status=500)
+                    except Exception:  # keep failing the others
+                        logger.exception("rid=%s: abort after the failed step failed", req.rid)
+                        self.reqs.pop(req.rid, None)
 
     def _drain(self, timeout: float | None) -> None:
         try:
@@ -134,20 +150,26 @@ class Engine:
             except queue.Empty:
                 return
 
-    def step(self) -> None:
+    def step(self) -> bool:
+        """Poll PD, run a prefill batch and a decode batch; True when a forward ran."""
         if self.pd is not None:
             self.pd.poll()
+        ran = False
         for batch in (self.sched.schedule_prefill(), self.sched.schedule_decode()):
             if batch is None:
                 continue
             logits = self.model.forward(batch.forward, self.kv_buffer)
             self.counters["forward_steps"] += 1
             self.sched.process(batch, logits)
+            ran = True
         self._reap()
+        return ran
 
     def _reap(self) -> None:
+        # A finished prefill request stays live while its KV is being sent (it holds pages and
+        # a KVSender): abort, flush and integrity checks must still see it.
         for rid, req in list(self.reqs.items()):
-            if req.finished:
+            if req.finished and not req.holds_resources:
                 del self.reqs[rid]
                 c = self.counters
                 c["finished"] += 1
@@ -157,7 +179,7 @@ class Engine:
                     c["aborted" if req.status == 200 else "failed"] += 1
 
     def _reject(self, req: Req, status: int, message: str) -> None:
-        req.finish({"type": P.FINISH_ABORT, "message": message}, status)
+        req.fail(message, status)
         req.emit()
 
     def _add(self, req: Req) -> None:
@@ -191,18 +213,20 @@ class Engine:
         except Exception as e:  # noqa: BLE001 - e.g. a bootstrap host that does not resolve
             del self.reqs[req.rid]
             logger.warning("rid=%s: PD setup failed: %s", req.rid, e)
-            self._reject(req, 502, f"PD setup failed for bootstrap_room {req.bootstrap_room}: {e}")
+            from sglang_ext.disagg import RoomInUseError
 
-    def _abort(self, rid: str, message: str, status: int = 200) -> bool:
-        req = self.reqs.pop(rid, None)
-        if req is None:
-            return False
-        if not (self.pd is not None and self.pd.abort(req)):
-            for q in (self.sched.waiting, self.sched.prefilling, self.sched.running):
-                if req in q:
-                    q.remove(req)
-            self.sched.release(req)
-        req.finish({"type": P.FINISH_ABORT, "message": message}, status)
+            status = 409 if isinstance(e, RoomInUseError) else 502
+            self._reject(
+                req, status, f"PD setup failed for bootstrap_room {req.bootstrap_room}: {e}"
+            )
+
+    def _abort(self, req: Req, message: str, status: int = 200) -> bool:
+        del self.reqs[req.rid]
+        if self.pd is not None:
+            self.pd.abort(req)  # whichever queue holds it; aborts its KV transfer too
+        else:
+            self.sched.drop(req)
+        req.fail(message, status)
         req.emit()
         self.counters["finished"] += 1
         self.counters["aborted" if status == 200 else "failed"] += 1
@@ -218,12 +242,14 @@ class Engine:
         return out
 
     def check_integrity(self) -> None:
-        self.sched.check_integrity(list(self.reqs.values()))
+        quarantined = self.pd.quarantined_pages() if self.pd is not None else 0
+        self.sched.check_integrity(list(self.reqs.values()), quarantined)
 
     def flush_cache(self) -> bool:
-        """Drop the radix cache; refused (False) while requests are live, as SGLang does."""
-        if self.reqs or self.sched.cache is None:
-            return self.sched.cache is not None and not self.reqs
+        """Drop the radix cache; refused (False) while anything is live or queued (a request's
+        pages may be locked in the tree or still being sent), as SGLang does."""
+        if self.sched.cache is None or self.reqs or self._pending():
+            return False
         self.sched.cache.reset()
         return True
 
@@ -253,6 +279,8 @@ def build_engine(args, tokenizer=None) -> Engine:
             bootstrap_port=args.disaggregation_bootstrap_port,
             page_size=cfg.page_size,
             backend=args.disaggregation_transfer_backend,
+            bootstrap_timeout=cfg.bootstrap_timeout_s,
+            waiting_timeout=cfg.waiting_timeout_s,
         )
     decode_text = None
     if tokenizer is not None:

@@ -184,14 +184,14 @@ class ReplyBuilder:
             P.PROMPT_TOKENS: self.req.prompt_len,
             P.COMPLETION_TOKENS: len(self.output_ids),
             P.CACHED_TOKENS: c.cached_tokens if c else 0,
-            "weight_version": "default",
+            P.WEIGHT_VERSION: "default",
         }
         if self.req.return_logprob:
             a = self.sent_lps if incremental else 0
             m[P.OUTPUT_TOKEN_LOGPROBS] = self.logprobs[a:]
             m[P.OUTPUT_TOP_LOGPROBS] = self.top_logprobs[a:] if self.req.top_logprobs_num else []
             m[P.INPUT_TOKEN_LOGPROBS] = []  # input logprobs are not computed by this backend
-            m["input_top_logprobs"] = []
+            m[P.INPUT_TOP_LOGPROBS] = []
             if incremental:
                 self.sent_lps = len(self.logprobs)
         if c is not None and c.finished:

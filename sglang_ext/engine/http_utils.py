@@ -31,8 +31,11 @@ class WorkerState:
 
 STATE = web.AppKey("state", WorkerState)
 
-# How often a waiting handler checks that its client is still connected.
+# How often a waiting handler checks that its client is still connected (and the engine alive).
 DISCONNECT_POLL_S = 0.5
+# Bound on handlers' calls into the engine thread (stats, flush, abort): it runs them between
+# steps, so this must exceed the longest step (a big prefill on a loaded CPU).
+ENGINE_CALL_TIMEOUT_S = 60.0
 
 
 def error(status: int, message: str) -> web.Response:
@@ -54,7 +57,8 @@ def client_gone(request: web.Request | None) -> bool:
 
 async def iter_outputs(engine, req: Req, request: web.Request | None) -> AsyncIterator[OutputChunk]:
     """Submit `req` and yield its chunks until finished. Leaving early (client disconnect, a write
-    error, cancellation) aborts the request so its pages are freed."""
+    error, cancellation) aborts the request so its pages are freed; a dead engine thread ends it
+    with a 500 instead of a hang."""
     loop = asyncio.get_running_loop()
     q: asyncio.Queue[OutputChunk] = asyncio.Queue()
     req.on_output = lambda c: loop.call_soon_threadsafe(q.put_nowait, c)
@@ -68,6 +72,10 @@ async def iter_outputs(engine, req: Req, request: web.Request | None) -> AsyncIt
                 if client_gone(request):
                     logger.info("rid=%s: client disconnected, aborting", req.rid)
                     return
+                if not engine.alive:
+                    finished = True  # nothing left to abort
+                    yield _engine_dead(req)
+                    return
                 continue
             while not chunk.finished and not q.empty():  # coalesce chunks that piled up
                 nxt = q.get_nowait()
@@ -79,6 +87,22 @@ async def iter_outputs(engine, req: Req, request: web.Request | None) -> AsyncIt
             yield chunk
             if finished:
                 return
+            # A non-streaming client that left is seen here too, while tokens still flow.
+            if client_gone(request):
+                logger.info("rid=%s: client disconnected, aborting", req.rid)
+                return
     finally:
         if not finished:
-            engine.abort(req.rid, "client disconnected")
+            engine.abort_req(req, "client disconnected")
+
+
+def _engine_dead(req: Req) -> OutputChunk:
+    msg = "the engine loop is not running (see the worker log); restart the worker"
+    return OutputChunk(
+        [], [], [], req.prompt_len, 0, 0, {"type": P.FINISH_ABORT, "message": msg}, 500
+    )
+
+
+async def engine_call(engine, fn, timeout: float = ENGINE_CALL_TIMEOUT_S):
+    """Run `fn` in the engine thread and await it, bounded (a dead or stuck loop → TimeoutError)."""
+    return await asyncio.wait_for(asyncio.wrap_future(engine.call(fn)), timeout)

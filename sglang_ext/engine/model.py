@@ -14,7 +14,8 @@ from torch import nn
 
 from sglang_ext.engine.attention import Attention, AttentionPlan, RotaryEmbedding
 from sglang_ext.engine.forward_batch import ForwardBatch
-from sglang_ext.engine.weights import MergedLinear, load_weights, read_hf_config
+from sglang_ext.engine.linear import Linear, MergedLinear
+from sglang_ext.engine.weights import load_weights, read_hf_config
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen3")
 
@@ -120,7 +121,7 @@ class CausalLM(nn.Module):
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
         with torch.device("meta"):  # no random init: every weight comes from the checkpoint
             self.model = DecoderModel(config)
-            self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+            self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
         self.to_empty(device="cpu").to(config.dtype)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
@@ -130,6 +131,8 @@ class CausalLM(nn.Module):
         """Load an HF directory (see `model_store.resolve_model_path` for names)."""
         model = cls(ModelConfig.from_hf(read_hf_config(path), dtype))
         load_weights(model, path, tied_lm_head=model.config.tie_word_embeddings)
+        model.requires_grad_(False)
+        model.lm_head.pack(keep_dense=model.config.tie_word_embeddings)  # see linear.py
         return model.eval()
 
     @torch.inference_mode()

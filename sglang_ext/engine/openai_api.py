@@ -123,6 +123,7 @@ async def _run(request: web.Request, chat: bool) -> web.StreamResponse:
                         }
                     )
                 )
+                await resp.write(P.sse_done())  # clients wait for it even after an error
                 break
             if not stream:
                 continue
@@ -130,6 +131,10 @@ async def _run(request: web.Request, chat: bool) -> web.StreamResponse:
                 resp = web.StreamResponse(headers={"Content-Type": P.SSE_CONTENT_TYPE})
                 await resp.prepare(request)
             text = out.text(final=chunk.finished)
+            if not chunk.finished and req.sampling.stop:
+                # Hold back what could be the start of a stop string: it is cut from the final
+                # text, so it must not be streamed before the match is known.
+                text = text[: max(len(sent_text), len(text) - max(map(len, req.sampling.stop)) + 1)]
             delta, sent_text = text[len(sent_text) :], text
             fr = _finish(chunk.finish_reason)
             choice = (

@@ -4,32 +4,47 @@ prealloc + transfer. Called from the engine thread each step (`poll`) and on add
 Prefill: wait for decode's destination (WaitingForInput) → admit and prefill → send the prompt's
 pages + aux (first token, logprobs, cached_tokens) → on Success cache the prompt and reply.
 Decode: admit when pages fit → KVReceiver.init(dst pages) → on Success take the first token from
-aux and decode on as a normal running request.
+aux and decode on as a normal running request. Timeouts live in the KVSender/KVReceiver (their
+KVManager has the engine's bootstrap and waiting timeouts).
 """
 
 from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 from sglang_ext import protocol as P
+from sglang_ext.disagg import FakeKVSender, KVPoll, KVReceiver, KVSender, page_ranges
 from sglang_ext.engine.request import Req
 from sglang_ext.engine.scheduler import Scheduler
 
 logger = logging.getLogger(__name__)
 
 
-class PDQueues:
-    def __init__(self, sched: Scheduler, kv_manager, kv_buffer):
-        from sglang_ext.disagg import KVPoll, page_ranges
+@dataclass(slots=True)
+class Quarantined:
+    """Decode pages of a request given up while prefill might still WRITE into them."""
 
+    pages: list[int]
+    receiver: Any
+    until: float  # released at this time even if prefill never acknowledges the abort
+
+
+class PDQueues:
+    def __init__(self, sched: Scheduler, kv_manager, kv_buffer) -> None:
         self.sched, self.cfg = sched, sched.cfg
         self.mgr, self.kv_buffer = kv_manager, kv_buffer
-        self.KVPoll, self.page_ranges = KVPoll, page_ranges
         self.bootstrap: list[Req] = []  # prefill: waiting for decode's destination
         self.inflight: list[Req] = []  # prefill: KV being sent
         self.prealloc: list[Req] = []  # decode: waiting for pages
         self.transfer: list[Req] = []  # decode: KV being received
+        self.quarantine: list[Quarantined] = []  # decode: pages a late WRITE may still hit
+        # How a request gets its transfer endpoint; tests swap in doubles (fake_transfer.py).
+        self.make_sender: Callable[[Req], Any] = self._new_sender
+        self.make_receiver: Callable[[Req], Any] = self._new_receiver
         if self.cfg.mode == "prefill":
             sched.on_prefill_done = self._send
 
@@ -42,90 +57,89 @@ class PDQueues:
             "inflight": len(self.inflight),
             "prealloc": len(self.prealloc),
             "transfer": len(self.transfer),
+            "quarantined_pages": self.quarantined_pages(),
         }
 
+    def quarantined_pages(self) -> int:
+        return sum(len(q.pages) for q in self.quarantine)
+
     # --- entry -----------------------------------------------------------------------------------
+    def _new_sender(self, req: Req):
+        # SGLang: the sender's address is the request's host with our own bootstrap port.
+        addr = f"{req.bootstrap_host}:{self.cfg.bootstrap_port}"
+        cls = FakeKVSender if req.bootstrap_host == P.FAKE_BOOTSTRAP_HOST else KVSender
+        return cls(self.mgr, addr, req.bootstrap_room)
+
+    def _new_receiver(self, req: Req):
+        port = req.bootstrap_port or self.cfg.bootstrap_port
+        return KVReceiver(self.mgr, f"{req.bootstrap_host}:{port}", req.bootstrap_room)
+
     def add(self, req: Req) -> None:
         """Create the request's sender/receiver and queue it (exceptions fail the request)."""
-        now = time.monotonic()
         if self.cfg.mode == "prefill":
-            from sglang_ext.disagg import FakeKVSender, KVSender
-
-            # SGLang: the sender's address is the request's host with our own bootstrap port.
-            addr = f"{req.bootstrap_host}:{self.cfg.bootstrap_port}"
-            cls = FakeKVSender if req.bootstrap_host == P.FAKE_BOOTSTRAP_HOST else KVSender
-            req.kv_sender = cls(self.mgr, addr, req.bootstrap_room)
-            req.pd_deadline = now + self.cfg.bootstrap_timeout_s
+            req.kv_sender = self.make_sender(req)
             self.bootstrap.append(req)
         else:
-            from sglang_ext.disagg import KVReceiver
-
-            port = req.bootstrap_port or self.cfg.bootstrap_port
-            req.kv_receiver = KVReceiver(
-                self.mgr, f"{req.bootstrap_host}:{port}", req.bootstrap_room
-            )
-            req.pd_deadline = now + self.cfg.waiting_timeout_s
+            req.kv_receiver = self.make_receiver(req)
             self.prealloc.append(req)
 
-    def abort(self, req: Req) -> bool:
+    def abort(self, req: Req) -> None:
+        """Take `req` out of whichever queue holds it (PD or scheduler), abort its transfer and
+        give its pages back."""
+        s = self.sched
         for q in (self.bootstrap, self.inflight, self.prealloc, self.transfer):
             if req in q:
                 q.remove(req)
-                self._close(req)
-                return True
-        return False
+        s.drop(req, release=False)
+        self._close(req)
 
     # --- per step --------------------------------------------------------------------------------
     def poll(self) -> None:
-        now, S = time.monotonic(), self.KVPoll
+        """Move requests on by their transfer state. A request whose endpoint raises, or whose aux
+        is unusable, fails alone (502); the others go on."""
+        self._expire_quarantine()
         for req in list(self.bootstrap):
-            st = req.kv_sender.poll()
-            if st == S.WaitingForInput:
+            st = self._poll(self.bootstrap, req, req.kv_sender)
+            if st == KVPoll.WaitingForInput:
                 self.bootstrap.remove(req)
-                req.pd_deadline = now + self.cfg.waiting_timeout_s
                 self.sched.waiting.append(req)
-            elif st == S.Failed:
-                self._fail(self.bootstrap, req, 502, self._why(req.kv_sender, "bootstrap failed"))
-            elif now > req.pd_deadline:
-                self._fail(
-                    self.bootstrap,
-                    req,
-                    504,
-                    (
-                        f"no decode worker connected for room {req.bootstrap_room} within "
-                        f"{self.cfg.bootstrap_timeout_s:.0f}s: send the same request to a decode "
-                        f"worker (bootstrap_host {req.bootstrap_host}) or use the fake host "
-                        f"{P.FAKE_BOOTSTRAP_HOST} for a prefill-only warm-up"
-                    ),
+            elif st == KVPoll.Failed:
+                hint = (
+                    f"send the same request to a decode worker (bootstrap_host "
+                    f"{req.bootstrap_host}) or use the fake host {P.FAKE_BOOTSTRAP_HOST} for a "
+                    "prefill-only warm-up"
                 )
+                self._fail_peer(self.bootstrap, req, req.kv_sender, "bootstrap failed", hint)
         for req in list(self.inflight):
-            st = req.kv_sender.poll()
-            if st == S.Success:
+            st = self._poll(self.inflight, req, req.kv_sender)
+            if st == KVPoll.Success:
                 self.inflight.remove(req)
                 req.kv_sender = None
                 req.finish({"type": P.FINISH_LENGTH, "length": 1})
                 self.sched.release(req)
                 req.emit()
-            elif st == S.Failed or now > req.pd_deadline:
-                self._fail(self.inflight, req, 502, self._why(req.kv_sender, "KV send failed"))
+            elif st == KVPoll.Failed:
+                self._fail_peer(self.inflight, req, req.kv_sender, "KV send failed")
         self._admit_decode()
         for req in list(self.transfer):
-            st = req.kv_receiver.poll()
-            if st == S.Success:
+            st = self._poll(self.transfer, req, req.kv_receiver)
+            if st == KVPoll.Success:
                 self.transfer.remove(req)
-                self._start_decode(req)
-            elif st == S.Failed:
-                self._fail(self.transfer, req, 502, self._why(req.kv_receiver, "KV receive failed"))
-            elif now > req.pd_deadline:
-                self._fail(
-                    self.transfer,
-                    req,
-                    504,
-                    (
-                        f"the KV of room {req.bootstrap_room} did not arrive from the prefill "
-                        f"worker at {req.bootstrap_host} within {self.cfg.waiting_timeout_s:.0f}s"
-                    ),
-                )
+                try:
+                    self._start_decode(req)
+                except Exception as e:  # bad aux from prefill fails this request only
+                    logger.exception("rid=%s: cannot start decoding", req.rid)
+                    self._fail([], req, 502, f"bad KV aux data from prefill: {e!r}")
+            elif st == KVPoll.Failed:
+                self._fail_peer(self.transfer, req, req.kv_receiver, "KV receive failed")
+
+    def _poll(self, queue: list[Req], req: Req, peer) -> KVPoll | None:
+        try:
+            return peer.poll()
+        except Exception as e:  # one broken transfer must not stop the engine
+            logger.exception("rid=%s: KV transfer poll raised", req.rid)
+            self._fail(queue, req, 502, f"KV transfer of room {req.bootstrap_room} broke: {e!r}")
+            return None
 
     def _admit_decode(self) -> None:
         s = self.sched
@@ -134,24 +148,21 @@ class PDQueues:
             if not s.try_admit(req, s.kv_tokens_needed(req)):
                 return  # pool full: wait, in order
             self.prealloc.pop(0)
+            self.transfer.append(req)
             prompt_pages = req.pages[: s.pool.pages_for(req.prompt_len)]
             try:
-                req.kv_receiver.init(
-                    self.page_ranges(self.kv_buffer, prompt_pages, self.cfg.page_size)
-                )
+                req.kv_receiver.init(page_ranges(self.kv_buffer, prompt_pages, self.cfg.page_size))
             except Exception as e:  # noqa: BLE001 - any transport error fails this request only
-                self.transfer.append(req)
                 self._fail(self.transfer, req, 502, f"KV receiver init failed: {e}")
-                continue
-            self.transfer.append(req)
 
     def _start_decode(self, req: Req) -> None:
         aux = req.kv_receiver.aux() or {}
+        first = int(aux[P.AUX_FIRST_TOKEN])  # KeyError: the caller fails the request
         req.kv_receiver = None
         req.num_computed = req.prompt_len
         req.cached_tokens = int(aux.get(P.CACHED_TOKENS, 0))
-        top = [tuple(x) for x in aux.get("top_logprobs") or []]
-        self.sched.append_token(req, int(aux["first_token"]), aux.get("logprob"), top)
+        top = [tuple(x) for x in aux.get(P.AUX_TOP_LOGPROBS) or []]
+        self.sched.append_token(req, first, aux.get(P.AUX_LOGPROB), top)
         if req.finished:
             self.sched.finish(req)
         else:
@@ -162,40 +173,69 @@ class PDQueues:
         """Prefill done: ship the prompt's pages and the first token to decode."""
         pages = req.pages[: self.sched.pool.pages_for(req.prompt_len)]
         aux = {
-            "first_token": req.output_ids[-1],
+            P.AUX_FIRST_TOKEN: req.output_ids[-1],
             P.CACHED_TOKENS: req.cached_tokens,
             P.PROMPT_TOKENS: req.prompt_len,
-            "logprob": req.output_logprobs[-1] if req.output_logprobs else None,
-            "top_logprobs": [list(t) for t in req.output_top_logprobs[-1]]
+            P.AUX_LOGPROB: req.output_logprobs[-1] if req.output_logprobs else None,
+            P.AUX_TOP_LOGPROBS: [list(t) for t in req.output_top_logprobs[-1]]
             if req.output_top_logprobs
             else [],
         }
         self.inflight.append(req)
         try:
-            req.kv_sender.send(self.page_ranges(self.kv_buffer, pages, self.cfg.page_size), aux)
+            req.kv_sender.send(page_ranges(self.kv_buffer, pages, self.cfg.page_size), aux)
         except Exception as e:  # noqa: BLE001
             self._fail(self.inflight, req, 502, f"KV send failed: {e}")
 
     # --- failure ---------------------------------------------------------------------------------
-    @staticmethod
-    def _why(peer, what: str) -> str:
+    def _fail_peer(self, queue: list[Req], req: Req, peer, what: str, hint: str = "") -> None:
         reason = getattr(peer, "failure_reason", None)
-        return f"{what}: {reason}" if reason else what
+        msg = f"{what}: {reason}" if reason else what
+        self._fail(
+            queue,
+            req,
+            504 if getattr(peer, "timed_out", False) else 502,
+            f"{msg}; {hint}" if hint else msg,
+        )
 
     def _close(self, req: Req) -> None:
-        for peer in (req.kv_sender, req.kv_receiver):
+        """Abort the request's transfer and release its pages (quarantined on decode while a
+        prefill WRITE may still land in them)."""
+        receiver = req.kv_receiver
+        for peer in (req.kv_sender, receiver):
             if peer is not None:
                 try:
                     peer.abort()
                 except Exception:
                     logger.exception("abort of %s failed", req.rid)
         req.kv_sender = req.kv_receiver = None
+        if receiver is not None and req.pages and _writes_possible(receiver):
+            until = time.monotonic() + self.cfg.waiting_timeout_s
+            self.quarantine.append(Quarantined(req.pages, receiver, until))
+            req.pages = []  # release() below frees the row and reservation, not these pages
         self.sched.release(req)
+
+    def _expire_quarantine(self) -> None:
+        now, keep = time.monotonic(), []
+        for q in self.quarantine:
+            if now > q.until or not _writes_possible(q.receiver):
+                self.sched.pool.free(q.pages)
+            else:
+                keep.append(q)
+        self.quarantine = keep
 
     def _fail(self, queue: list[Req], req: Req, status: int, message: str) -> None:
         logger.warning("rid=%s room=%s failed: %s", req.rid, req.bootstrap_room, message)
         if req in queue:
             queue.remove(req)
+        self.sched.drop(req, release=False)
         self._close(req)
-        req.finish({"type": P.FINISH_ABORT, "message": message}, status)
+        req.fail(message, status)
         req.emit()
+
+
+def _writes_possible(receiver) -> bool:
+    try:
+        return bool(getattr(receiver, "writes_possible", False))
+    except Exception:  # noqa: BLE001 - an endpoint that cannot tell: be safe until the deadline
+        return True

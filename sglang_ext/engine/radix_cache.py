@@ -51,16 +51,18 @@ class RadixCache:
         self.page_size = pool.page_size
         self._clock = clock
         self._tick = itertools.count()  # tie-breaker: equal clock readings keep insertion order
-        self.reset()
+        self._new_tree()
 
-    def reset(self) -> None:
-        """Drop the whole tree, returning every cached page to the pool (callers hold no locks)."""
-        if getattr(self, "root", None) is not None:
-            self.pool.free([p for n in self._nodes() for p in n.pages])
+    def _new_tree(self) -> None:
         self.root = TreeNode([], [], None, self._clock())
         self.root.lock_ref = 1  # the root is never evicted
         self._evictable = 0
         self._protected = 0
+
+    def reset(self) -> None:
+        """Drop the whole tree, returning every cached page to the pool (callers hold no locks)."""
+        self.pool.free([p for n in self._nodes() for p in n.pages])
+        self._new_tree()
 
     # --- queries ---------------------------------------------------------------------------------
     def evictable_size(self) -> int:

@@ -6,7 +6,6 @@ queues), read back by the HTTP layer through OutputChunks delivered on its async
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -161,21 +160,15 @@ class Req:
     emitted: int = 0  # output tokens already sent in an OutputChunk
     finish_reason: dict | None = None
     status: int = 200
-    cached_tokens: int = (
-        0  # prompt tokens whose KV came from the radix cache (or prefill, on decode)
-    )
+    cached_tokens: int = 0  # prompt tokens whose KV came from the radix cache (or prefill)
     row: int | None = None  # row in ReqToTokenPool
     pages: list[int] = field(default_factory=list)  # every page of the sequence, in order
     num_prefix_pages: int = 0  # leading pages owned by the radix cache (locked via last_node)
     last_node: Any = None
     num_computed: int = 0  # tokens whose KV is in the buffer
     reserved_pages: int = 0  # pages it may still allocate (admission reserved them)
-    generator: Any = None  # torch.Generator when sampling_seed is set
-    text: str = ""  # decoded output so far, kept only when stop strings are set
-    kv_sender: Any = None
-    kv_receiver: Any = None
-    pd_deadline: float = 0.0
-    created: float = field(default_factory=time.monotonic)
+    kv_sender: Any = None  # prefill: KVSender until the KV reached decode (or failed)
+    kv_receiver: Any = None  # decode: KVReceiver until the KV arrived (or failed)
 
     @property
     def prompt_len(self) -> int:
@@ -193,9 +186,20 @@ class Req:
     def finished(self) -> bool:
         return self.finish_reason is not None
 
+    @property
+    def holds_resources(self) -> bool:
+        """Pages, a table row or a KV transfer are still attached (the engine must keep it)."""
+        return self.row is not None or self.kv_sender is not None or self.kv_receiver is not None
+
     def finish(self, reason: dict, status: int = 200) -> None:
+        """Record a normal finish; the first one wins (EOS vs length on the same token)."""
         if self.finish_reason is None:
             self.finish_reason, self.status = reason, status
+
+    def fail(self, message: str, status: int = 200) -> None:
+        """Abort (status 200: by request; else an error). Overrides a finish not yet delivered,
+        e.g. a prefill whose first token was sampled but whose KV never reached decode."""
+        self.finish_reason, self.status = {"type": P.FINISH_ABORT, "message": message}, status
 
     def emit(self) -> None:
         """Send the tokens not yet emitted (and the finish reason, if finished) to the client."""

@@ -1,9 +1,10 @@
 """Sampler: next-token choice from the model's last-position logits, plus logprobs.
 
 Called by the scheduler once per step for the sequences that produce a token. Greedy rows are one
-argmax; other rows apply penalties, temperature, top-k, top-p and min-p, then draw from the row's
-own torch.Generator (seeded by `sampling_seed`, so a seeded request repeats exactly whatever it
-is batched with). Logprobs are of the raw model distribution (before temperature and filters).
+argmax; other rows apply penalties, temperature, top-k, top-p and min-p, then draw with a
+torch.Generator seeded from (`sampling_seed`, output position), so a seeded request repeats
+exactly whatever it is batched with and whichever worker draws each token (PD: prefill draws the
+first, decode the rest). Logprobs are of the raw model distribution (before temperature and filters).
 """
 
 from __future__ import annotations
@@ -52,6 +53,18 @@ def _draw(row: torch.Tensor, sp: SamplingParams, gen: torch.Generator | None) ->
     return int(torch.multinomial(probs / probs.sum(), 1, generator=gen).item())
 
 
+_GOLDEN = (
+    0x9E3779B97F4A7C15  # odd 64-bit constant: spreads seeds far apart before adding the position
+)
+
+
+def _generator(req: Req, default_gen: torch.Generator) -> torch.Generator:
+    seed = req.sampling.sampling_seed
+    if seed is None:
+        return default_gen
+    return torch.Generator().manual_seed((seed * _GOLDEN + len(req.output_ids)) % 2**64)
+
+
 def sample(logits: torch.Tensor, reqs: list[Req], default_gen: torch.Generator) -> SampleOutput:
     """One token per row of `logits` [len(reqs), vocab]."""
     logits = logits.float()
@@ -61,7 +74,7 @@ def sample(logits: torch.Tensor, reqs: list[Req], default_gen: torch.Generator) 
         if not sp.greedy or sp.penalized:
             row = _apply_penalties(logits[i], sp, req.output_ids) if sp.penalized else logits[i]
             ids[i] = (
-                int(row.argmax()) if sp.greedy else _draw(row, sp, req.generator or default_gen)
+                int(row.argmax()) if sp.greedy else _draw(row, sp, _generator(req, default_gen))
             )
     out = SampleOutput(ids, [], [])
     if any(r.return_logprob for r in reqs):

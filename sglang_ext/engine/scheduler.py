@@ -85,8 +85,6 @@ class Scheduler:
         req.reserved_pages = need - prompt_new
         self.reserved += req.reserved_pages
         self.req_to_token.write_pages(req.row, 0, req.pages)
-        if req.sampling.sampling_seed is not None:
-            req.generator = torch.Generator().manual_seed(req.sampling.sampling_seed)
         return True
 
     def grow(self, req: Req, num_tokens: int) -> None:
@@ -207,23 +205,27 @@ class Scheduler:
             if tok in sp.stop_token_ids or (not sp.ignore_eos and tok in req.eos_token_ids):
                 return req.finish({"type": P.FINISH_STOP, "matched": tok})
             if sp.stop and self.decode_text is not None:
-                req.text = self.decode_text(req.output_ids)
-                tail = req.text[-(max(map(len, sp.stop)) + 32) :]
+                # A stop string that ends in the new token lies within its last len(stop)
+                # tokens (a token is at least one character); a few more cover tokens that
+                # decode to nothing alone. Decoding only that tail keeps this O(1) per token.
+                tail = self.decode_text(req.output_ids[-(max(map(len, sp.stop)) + 8) :])
                 for s in sp.stop:
                     if s in tail:
                         return req.finish({"type": P.FINISH_STOP, "matched": s})
         if n >= max(sp.max_new_tokens, 1):
             req.finish({"type": P.FINISH_LENGTH, "length": sp.max_new_tokens})
 
+    def drop(self, req: Req, release: bool = True) -> None:
+        """Take `req` out of the scheduler's queues (and free its pages unless told not to)."""
+        for q in (self.waiting, self.prefilling, self.running):
+            if req in q:
+                q.remove(req)
+        if release:
+            self.release(req)
+
     def finish(self, req: Req) -> None:
         """Free a finished request and send its last chunk."""
-        if req in self.running:
-            self.running.remove(req)
-        if req in self.prefilling:
-            self.prefilling.remove(req)
-        if req in self.waiting:
-            self.waiting.remove(req)
-        self.release(req)
+        self.drop(req)
         req.emit()
 
     # --- introspection ---------------------------------------------------------------------------
@@ -242,11 +244,14 @@ class Scheduler:
             "num_waiting_reqs": len(self.waiting),
         }
 
-    def check_integrity(self, live: list[Req]) -> None:
-        """free + cached + pages held by live requests (beyond their cached prefix) == total."""
+    def check_integrity(self, live: list[Req], other_held: int = 0) -> None:
+        """free + cached + pages held by live requests (beyond their cached prefix) + pages held
+        elsewhere (decode's quarantine) == total."""
         if self.cache is not None:
             self.cache.check_integrity()
-        held = sum(len(r.pages) - r.num_prefix_pages for r in live if r.row is not None)
+        held = other_held + sum(
+            len(r.pages) - r.num_prefix_pages for r in live if r.row is not None
+        )
         cached = self.cache.total_size() // self.cfg.page_size if self.cache else 0
         assert self.pool.num_free + cached + held == self.pool.num_pages, (
             f"page leak: free {self.pool.num_free} + cached {cached} + held {held} "

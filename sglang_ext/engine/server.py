@@ -16,7 +16,14 @@ from aiohttp import web
 from sglang_ext import protocol as P
 from sglang_ext.engine import openai_api
 from sglang_ext.engine.generate_io import ReplyBuilder, parse_generate
-from sglang_ext.engine.http_utils import STATE, WorkerState, error, iter_outputs, json_body
+from sglang_ext.engine.http_utils import (
+    STATE,
+    WorkerState,
+    engine_call,
+    error,
+    iter_outputs,
+    json_body,
+)
 from sglang_ext.engine.metrics import add_metrics_route
 from sglang_ext.engine.request import BadRequestError, Req, SamplingParams
 from sglang_ext.server_args import ServerArgs
@@ -77,7 +84,7 @@ async def generate(request: web.Request) -> web.StreamResponse:
         )
     except BadRequestError as e:
         return error(400, str(e))
-    return await serve(request, req, stream, bool(body.get("return_text_in_logprobs")))
+    return await serve(request, req, stream, bool(body.get(P.RETURN_TEXT_IN_LOGPROBS)))
 
 
 async def prefill_only(request: web.Request) -> web.Response:
@@ -119,7 +126,10 @@ async def health_generate(request: web.Request) -> web.Response:
     """One real forward (a fake-host prefill on a prefill worker, as SGLang); decode: loop ping."""
     engine = request.app[STATE].engine
     if engine.cfg.mode == "decode":
-        ok = await asyncio.wrap_future(engine.call(lambda: True))
+        try:
+            ok = await engine_call(engine, lambda: True)
+        except asyncio.TimeoutError:
+            ok = False
         return web.Response(status=200 if ok else 503)
     req = Req(
         rid=f"health-{time.monotonic_ns()}",
@@ -142,7 +152,7 @@ async def model_info(request: web.Request) -> web.Response:
             "served_model_name": args.model_name,
             "is_generation": True,
             "preferred_sampling_params": None,
-            "weight_version": "default",
+            P.WEIGHT_VERSION: "default",
             "has_image_understanding": False,
             "has_audio_understanding": False,
             "model_type": cfg.model_type,
@@ -152,9 +162,8 @@ async def model_info(request: web.Request) -> web.Response:
 
 
 async def _stats(request: web.Request) -> dict:
-    return await asyncio.wrap_future(
-        request.app[STATE].engine.call(request.app[STATE].engine.stats)
-    )
+    engine = request.app[STATE].engine
+    return await engine_call(engine, engine.stats)
 
 
 async def server_info(request: web.Request) -> web.Response:
@@ -196,7 +205,10 @@ async def get_load(request: web.Request) -> web.Response:
 
 async def flush_cache(request: web.Request) -> web.Response:
     engine = request.app[STATE].engine
-    ok = await asyncio.wrap_future(engine.call(engine.flush_cache))
+    try:
+        ok = await engine_call(engine, engine.flush_cache)
+    except asyncio.TimeoutError:
+        return error(503, "the engine did not answer in time; retry later")
     if ok:
         return web.Response(text="Cache flushed.\n")
     return error(
@@ -213,14 +225,18 @@ async def abort_request(request: web.Request) -> web.Response:
         return error(400, str(e))
     engine = request.app[STATE].engine
     if body.get("abort_all"):
-        rids = await asyncio.wrap_future(engine.call(lambda: list(engine.reqs)))
-        for rid in rids:
-            engine.abort(rid)
-        return web.json_response({"success": True, "aborted": len(rids)})
+        try:
+            n = await engine_call(engine, engine.abort_all)
+        except asyncio.TimeoutError:
+            return error(503, "the engine did not answer in time; retry later")
+        return web.json_response({"success": True, "aborted": n})
     rid = body.get(P.RID)
     if not isinstance(rid, str) or not rid:
         return error(400, "abort_request needs 'rid' (a string) or 'abort_all': true")
-    found = await asyncio.wrap_future(engine.abort(rid))
+    try:
+        found = await asyncio.wait_for(asyncio.wrap_future(engine.abort(rid)), 60)
+    except asyncio.TimeoutError:
+        return error(503, "the engine did not answer in time; retry later")
     # SGLang answers 200 for an unknown rid too (it may have just finished); say so in the body.
     msg = "aborted" if found else f"no live request with rid '{rid}' (finished or never existed)"
     return web.json_response({"success": found, "message": msg})

@@ -13,6 +13,8 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
+from sglang_ext.engine.linear import MergedLinear
+
 # HF projection name -> (our merged module name, shard index inside it).
 PACKED = {
     "q_proj": ("qkv_proj", 0),
@@ -21,14 +23,6 @@ PACKED = {
     "gate_proj": ("gate_up_proj", 0),
     "up_proj": ("gate_up_proj", 1),
 }
-
-
-class MergedLinear(nn.Linear):
-    """A Linear whose output rows stack several HF projections (`shard_sizes` rows each)."""
-
-    def __init__(self, in_features: int, shard_sizes: list[int], bias: bool) -> None:
-        super().__init__(in_features, sum(shard_sizes), bias=bias)
-        self.shard_sizes = shard_sizes
 
 
 def read_hf_config(path: str | Path) -> dict:
