@@ -10,6 +10,7 @@ from aiohttp import web
 
 from router.cluster import load_cluster
 from router.config_loader import load_config
+from router.early_exit_hook import EarlyExitHooks
 from router.server import make_app
 
 log = logging.getLogger("router")
@@ -33,7 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     cluster = load_cluster(args.cluster)
     configs = {c.name: c for c in (load_config(p) for p in args.config)}
-    app = make_app(cluster, configs)
+    # Early exit on by default; its embedding model loads on the first question that needs it.
+    app = make_app(cluster, configs, early_exit_hook=EarlyExitHooks())
     # Cancel a handler when its client disconnects, so its agents and their worker requests stop.
     web.run_app(
         app,

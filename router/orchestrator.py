@@ -5,7 +5,8 @@ whole once its precursors finished (blocking). The server calls `run_all` (whole
 
 Early-exit hook: after each precursor completes, `on_completion(session, successor, agent)` (if
 set) returns the precursors of `successor` to drop; `drop_slots` removes them from its prompt
-(re-warming from the longest valid prefix) and aborts those no other successor still reads.
+(re-warming from the longest valid prefix) and aborts those no other successor still reads. The
+hook records its decisions in `Session.early_exit` and may skip a successor with `bypass`.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from router.answer_cache import AnswerCache, PrecursorFailed
@@ -49,6 +50,7 @@ class QuestionResult:
     answer: str
     final_agent: str
     trace: dict[str, dict]
+    early_exit: list[dict] = field(default_factory=list)
 
 
 class Session:
@@ -61,6 +63,7 @@ class Session:
         session_id: str | None = None,
         slot_orders: dict[str, list[str]] | None = None,
         on_completion: CompletionHook | None = None,
+        question_id: str | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -69,6 +72,11 @@ class Session:
         self.id = session_id or uuid.uuid4().hex
         self.slot_orders = slot_orders or {}
         self.on_completion = on_completion
+        self.question_id = question_id
+        # Early-exit decisions (Decision.to_record() dicts), in the order they were made.
+        self.early_exit: list[dict] = []
+        # Aggregator bypass: skipped successor -> the precursor whose output stands in for it.
+        self.bypassed: dict[str, str] = {}
         self.clock = Clock()
         ids = [a.id for a in cfg.agents]
         self.apc = AnswerCache(ids)
@@ -104,10 +112,16 @@ class Session:
         final = self.apc[self.cfg.final]
         if not final.done:
             raise AgentFailed(final.error or f"final agent '{self.cfg.final}' was aborted")
-        return QuestionResult(self.id, final.text, self.cfg.final, self.trace())
+        return QuestionResult(
+            self.id, final.text, self.cfg.final, self.trace(), list(self.early_exit)
+        )
 
     def trace(self) -> dict[str, dict]:
-        return {a: t.to_dict() for a, t in self.traces.items()}
+        # `skipped` is what activation_percentage reads: a bypassed successor ran no model.
+        return {
+            a: {**t.to_dict(), "bypassed": a in self.bypassed, "skipped": a in self.bypassed}
+            for a, t in self.traces.items()
+        }
 
     async def close(self) -> None:
         """Cancel what still runs (aborting its requests on the workers)."""
@@ -150,10 +164,18 @@ class Session:
             self.apc.finish(agent_id)
             outcome = "ok"
         except asyncio.CancelledError:
-            trace.killed = True
-            outcome = "killed"
-            self.apc.kill(agent_id)
-            raise
+            source = self.bypassed.get(agent_id)
+            if source is None:
+                trace.killed = True
+                outcome = "killed"
+                self.apc.kill(agent_id)
+                raise
+            # Cancelled on purpose by `bypass`: finish with the stand-in output instead.
+            task = asyncio.current_task()
+            while task.cancelling():
+                task.uncancel()
+            self._stand_in(agent_id, source)
+            outcome = "bypassed"
         except Exception as e:  # noqa: BLE001 - any failure ends this agent, named in its error
             message = str(e) if isinstance(e, PrecursorFailed) else f"{type(e).__name__}: {e}"
             log.warning("session %s agent %s failed: %s", self.id, agent_id, message)
@@ -165,7 +187,7 @@ class Session:
             trace.output_ids, trace.text = list(answer.output_ids), answer.text
             self.ctx.metrics.agents.labels(model, outcome).inc()
             self.ctx.metrics.layer_latency.labels(str(trace.layer), self.mode).observe(trace.end_s)
-        if outcome == "ok":
+        if outcome in ("ok", "bypassed"):
             await self._completed(agent_id)
 
     async def _successor_prompt(self, agent_id: str, target: PrefillTarget) -> list[int]:
@@ -271,6 +293,23 @@ class Session:
             if drop:
                 await self.drop_slots(succ, drop)
 
+    async def bypass(self, successor: str, source: str) -> bool:
+        """Skip `successor` (aggregator bypass): stop its run, aborting what it sent, and pass
+        `source`'s output on as its output. False when it already ended or never started."""
+        task = self.tasks.get(successor)
+        if task is None or self.apc[successor].ended or successor in self.bypassed:
+            return False
+        self.bypassed[successor] = source
+        await _cancel(task, until=lambda: self.apc[successor].done)
+        return True
+
+    def _stand_in(self, agent_id: str, source: str) -> None:
+        src, answer = self.apc[source], self.apc[agent_id]
+        # Whatever the stopped run streamed before the cancel is replaced, not extended.
+        answer.output_ids, answer.logprobs = [], []
+        self.apc.append(agent_id, list(src.output_ids), list(src.logprobs), src.text)
+        self.apc.finish(agent_id)
+
     async def drop_slots(self, successor: str, agent_ids: list[str]) -> None:
         """Remove `agent_ids` from `successor`'s prompt; abort those nobody else still reads."""
         self.dropped[successor].update(agent_ids)
@@ -280,5 +319,13 @@ class Session:
             if all(a in self.dropped[r] for r in readers) and a in self.tasks:
                 task = self.tasks[a]
                 if not task.done():
-                    task.cancel()
-                    await asyncio.wait([task])
+                    await _cancel(task)
+
+
+async def _cancel(task: asyncio.Task, until: Callable[[], bool] = lambda: False) -> None:
+    """Cancel `task` and wait until it is done (or `until()` holds). Python 3.11's wait_for
+    swallows a cancel that races its result, as when a warm-up loop was woken by the same APC
+    change that triggered the early-exit decision: ask again until the task takes it."""
+    while not task.done() and not until():
+        task.cancel()
+        await asyncio.wait([task], timeout=0.2)

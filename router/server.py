@@ -17,6 +17,7 @@ from router.cluster import ClusterSpec
 from router.config import TopologyConfig
 from router.config_loader import ConfigError, config_from_dict, load_config
 from router.context import ConfigNotServed, RouterContext
+from router.early_exit_hook import EarlyExitHooks
 from router.orchestrator import MODES, AgentFailed, CompletionHook, Session, UnknownAgent
 from router.sessions import SessionConflict, SessionStore
 from sglang_ext import protocol as P
@@ -40,10 +41,11 @@ def make_app(
 ) -> web.Application:
     """`configs` are served by name; requests may also name a cfgs/ file or pass one inline.
     `early_exit_hook(cfg)` builds the per-question completion hook used when a request asks for
-    early exit."""
+    early exit or its config for aggregator bypass; by default `EarlyExitHooks()`, whose
+    embedding model loads on the first question that needs it."""
     app = web.Application(middlewares=[_errors])
     app[CONFIGS] = dict(configs)
-    app[HOOK] = early_exit_hook
+    app[HOOK] = early_exit_hook if early_exit_hook is not None else EarlyExitHooks()
 
     async def context(app: web.Application) -> AsyncIterator[None]:
         async with RouterContext.open(cluster) as ctx:
@@ -54,6 +56,8 @@ def make_app(
             app[STORE] = SessionStore(ctx)
             yield
             await app[STORE].close()
+            if isinstance(app[HOOK], EarlyExitHooks):
+                app[HOOK].close()
 
     app.cleanup_ctx.append(context)
     app.router.add_get("/health", health)
@@ -121,13 +125,26 @@ def _question(body: dict) -> str:
     return q
 
 
+def _question_id(body: dict) -> str | None:
+    qid = body.get("question_id")
+    if qid is not None and not isinstance(qid, (str, int)):
+        raise BadRequest("'question_id' must be a string (it keys the early-exit draws)")
+    return None if qid is None else str(qid)
+
+
 def _new_session(request: web.Request, body: dict, cfg: TopologyConfig) -> Session:
     hook = None
-    if body.get("early_exit", cfg.early_exit.enabled):
+    early_exit = bool(body.get("early_exit", cfg.early_exit.enabled))
+    if early_exit or cfg.aggregator_bypass.enabled:
         factory = request.app[HOOK]
         if factory is None:
             raise BadRequest("early exit was asked for but this router has no early-exit hook")
-        hook = factory(cfg)
+        # The request's flag wins over the config's: the hook reads early_exit.enabled.
+        ee = cfg.early_exit.model_copy(update={"enabled": early_exit})
+        try:
+            hook = factory(cfg.model_copy(update={"early_exit": ee}))
+        except ValueError as e:
+            raise BadRequest(f"early exit cannot run for config '{cfg.name}': {e}") from e
     return Session(
         request.app[CTX],
         cfg,
@@ -136,6 +153,7 @@ def _new_session(request: web.Request, body: dict, cfg: TopologyConfig) -> Sessi
         body.get("session_id"),
         slot_orders=body.get("slot_orders"),
         on_completion=hook,
+        question_id=_question_id(body),
     )
 
 
@@ -154,7 +172,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def run_graph(request: web.Request) -> web.Response:
-    """{question, config, mode?, early_exit?, slot_orders?} → {answer, final_agent, trace}."""
+    """{question, config, mode?, early_exit?, question_id?, slot_orders?} → {answer, final_agent,
+    trace, early_exit}; `question_id` keys the early-exit draws (else the question text)."""
     body = await _body(request)
     cfg = _config(request, body.get("config"))
     session = _new_session(request, body, cfg)
@@ -162,7 +181,12 @@ async def run_graph(request: web.Request) -> web.Response:
         result = await session.run_all()
     except AgentFailed as e:
         return web.json_response(
-            {**P.error_body(str(e), 502), "trace": session.trace()}, status=502
+            {
+                **P.error_body(str(e), 502),
+                "trace": session.trace(),
+                "early_exit": session.early_exit,
+            },
+            status=502,
         )
     finally:
         session.release()
@@ -174,6 +198,7 @@ async def run_graph(request: web.Request) -> web.Response:
             "mode": session.mode,
             "config": cfg.name,
             "trace": result.trace,
+            "early_exit": result.early_exit,
         }
     )
 

@@ -1,0 +1,235 @@
+"""Early exit wired into a question's graph: the completion hook the orchestrator calls after each
+precursor finishes. Per (question, cluster) it builds `AgentResult`s from the APC (logprobs) and
+the embedder, calls `router.early_exit.decide`, records every decision in the session, and applies
+aggregator bypass. `EarlyExitHooks` is the per-process factory `make_app` takes (cfg → hook).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from router.config import TopologyConfig
+from router.early_exit import AgentResult, SimilarityCache, decide
+from router.majority_vote import bypass_choice, normalize_answer
+
+if TYPE_CHECKING:
+    from router.orchestrator import Session
+
+log = logging.getLogger(__name__)
+
+AnswerExtractor = Callable[[str], "str | None"]
+BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+
+
+def last_answer(text: str) -> str | None:
+    """The default extractor (the router may not import experiments/): the last \\boxed{...}, else
+    the last number, normalized. Inject `experiments.scoring.extract_answer` bound to the dataset
+    for anything that is not a plain numeric answer."""
+    found = BOXED.findall(text) or NUMBER.findall(text)
+    return normalize_answer(found[-1]) if found else None
+
+
+class EmbeddingService:
+    """One embedding model of the router process, run on its own single worker thread (never on
+    the event loop). `embed` returns the embedding and the seconds its computation took."""
+
+    def __init__(self, embedder: Any) -> None:
+        self._embedder = embedder
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ee-embed")
+        self._preloaded = False
+
+    def preload(self) -> None:
+        """Queue the weights' loading now, so the first question's decoding hides it."""
+        if not self._preloaded and hasattr(self._embedder, "load"):
+            self._executor.submit(self._embedder.load)
+        self._preloaded = True
+
+    def _timed(self, text: str) -> tuple[np.ndarray, float]:
+        # Timed on the worker thread: the model's compute only, not the wait in the queue
+        # behind another agent's embedding (that wait overlaps decoding, it is not EE work).
+        start = time.perf_counter()
+        emb = self._embedder.embed(text)
+        return emb, time.perf_counter() - start
+
+    async def embed(self, text: str) -> tuple[np.ndarray, float]:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self._timed, text)
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+def _default_embedder(name: str) -> Any:
+    from router.embedder import Embedder
+
+    return Embedder(name)
+
+
+class EarlyExitHooks:
+    """Per router process: the embedders (created on first early-exit use, one per model name)
+    and the answer extractor; calling it with a question's config gives that question's hook."""
+
+    def __init__(
+        self,
+        answer_extractor: AnswerExtractor = last_answer,
+        embedder_factory: Callable[[str], Any] = _default_embedder,
+    ) -> None:
+        self.answer_extractor = answer_extractor
+        self._factory = embedder_factory
+        self._services: dict[str, EmbeddingService] = {}
+
+    def embedding(self, model: str) -> EmbeddingService:
+        if model not in self._services:
+            self._services[model] = EmbeddingService(self._factory(model))
+        return self._services[model]
+
+    def __call__(self, cfg: TopologyConfig) -> EarlyExitHook:
+        ee, bypass = cfg.early_exit, cfg.aggregator_bypass
+        needs = (ee.enabled and ee.method == "q") or (bypass.enabled and bypass.criterion == "q")
+        service = self.embedding(ee.embedding_model) if needs else None
+        if service is not None:
+            service.preload()
+        return EarlyExitHook(cfg, service, self.answer_extractor)
+
+    def close(self) -> None:
+        for s in self._services.values():
+            s.close()
+
+
+@dataclass(slots=True)
+class ClusterState:
+    """One successor's precursor set in one question."""
+
+    planned: list[str]
+    completed: list[AgentResult] = field(default_factory=list)
+    cache: SimilarityCache = field(default_factory=SimilarityCache)
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    killed: set[str] = field(default_factory=set)
+    exited: bool = False
+    settled: bool = False
+    q: float | None = None  # Q of the latest method-q decision
+    q_over: int = 0  # how many completed agents that Q covered
+
+
+class EarlyExitHook:
+    """One question's hook: `await hook(session, successor, agent)` → precursors to drop."""
+
+    def __init__(
+        self,
+        cfg: TopologyConfig,
+        embeddings: EmbeddingService | None,
+        answer_extractor: AnswerExtractor = last_answer,
+    ) -> None:
+        self.cfg = cfg
+        self._embeddings = embeddings
+        self._extract = answer_extractor
+        self._clusters: dict[str, ClusterState] = {}
+        # One embedding per agent output, shared by every cluster that reads the agent.
+        self._embedded: dict[str, asyncio.Future] = {}
+        self._charged: set[str] = set()
+
+    async def __call__(self, session: Session, successor: str, agent_id: str) -> list[str]:
+        try:
+            return await self._on_completion(session, successor, agent_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # early exit only saves work; a bug in it must not fail the question
+            log.exception("session %s: early exit at %s/%s failed", session.id, successor, agent_id)
+            return []
+
+    def _embedding(self, session: Session, agent_id: str) -> asyncio.Future:
+        if agent_id not in self._embedded:
+            text = session.apc[agent_id].text
+            self._embedded[agent_id] = asyncio.ensure_future(self._embeddings.embed(text))
+        return self._embedded[agent_id]
+
+    async def _on_completion(self, session: Session, successor: str, agent_id: str) -> list[str]:
+        ee, bypass = self.cfg.early_exit, self.cfg.aggregator_bypass
+        state = self._clusters.setdefault(successor, ClusterState(self.cfg.precursors(successor)))
+        # Started before waiting for the cluster: the embedding runs while the others decode.
+        pending = self._embedding(session, agent_id) if self._embeddings is not None else None
+        async with state.lock:  # decisions of one cluster in completion order
+            # A successor that ended (killed by its own cluster's exit, or bypassed) decides no more.
+            if state.settled or agent_id in state.killed or session.apc[successor].ended:
+                return []
+            start = time.perf_counter()
+            answer = session.apc[agent_id]
+            needs_answer = (ee.enabled and ee.method == "dmv") or (
+                bypass.enabled and bypass.criterion == "answer"
+            )
+            extracted = self._extract(answer.text) if needs_answer else None
+            cost = time.perf_counter() - start
+            emb = None
+            if pending is not None:
+                emb, emb_s = await asyncio.shield(pending)
+                # EE overhead is honest: an output's embedding time is charged to the first
+                # decision that uses it (once, even when several clusters read the agent).
+                if agent_id not in self._charged:
+                    self._charged.add(agent_id)
+                    cost += emb_s
+            state.completed.append(AgentResult(agent_id, list(answer.logprobs), emb, extracted))
+            drop: list[str] = []
+            if ee.enabled and not state.exited:
+                drop = self._decide(session, successor, state, cost)
+            done = {r.agent_id for r in state.completed}
+            state.settled = all(p in done or p in state.killed for p in state.planned)
+            # Bypass before the drop: the successor's prompt is not complete yet, so its final
+            # request never goes out.
+            if state.settled and bypass.enabled:
+                await self._bypass(session, successor, state)
+            if drop:
+                await self._drop(session, successor, drop)
+            return drop
+
+    def _decide(self, session: Session, successor: str, state: ClusterState, cost: float):
+        ee = self.cfg.early_exit
+        # Draws keyed by (seed, question id or text, cluster, ℓ): the same question replays.
+        key = session.question_id or session.question
+        d = decide(successor, state.completed, state.planned, ee, key, state.cache)
+        if ee.method == "q" and d.q is not None:
+            state.q, state.q_over = d.q, len(state.completed)
+        # An agent that finished while this decision ran keeps its slot: its work is done.
+        d.killed = [a for a in d.killed if not session.apc[a].done]
+        d.seconds += cost
+        session.early_exit.append(d.to_record())
+        if not d.exited:
+            return []
+        state.exited = True
+        state.killed.update(d.killed)
+        return d.killed
+
+    async def _drop(self, session: Session, successor: str, killed: list[str]) -> None:
+        """Drop `killed` now, then whatever only they still read (a killed aggregator's unfinished
+        precursors): nothing in the graph would use those outputs."""
+        await session.drop_slots(successor, killed)
+        for k in killed:
+            upstream = [p for p in self.cfg.precursors(k) if not session.apc[p].ended]
+            if upstream:
+                await self._drop(session, k, upstream)
+
+    async def _bypass(self, session: Session, successor: str, state: ClusterState) -> None:
+        b, ee = self.cfg.aggregator_bypass, self.cfg.early_exit
+        q = state.q
+        if b.criterion == "q" and state.q_over != len(state.completed):
+            q_cfg = ee.model_copy(update={"method": "q", "min_completed": 1})
+            key = session.question_id or session.question
+            q = decide(successor, state.completed, state.planned, q_cfg, key, state.cache).q
+        choice = bypass_choice(
+            [r.agent_id for r in state.completed],
+            [r.answer for r in state.completed],
+            [r.confidence for r in state.completed],
+            b.criterion,
+            q,
+            b.q_threshold,
+        )
+        if choice is not None:
+            await session.bypass(successor, choice)
