@@ -13,7 +13,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -143,13 +143,26 @@ def _reap(pid: int) -> None:
         pass
 
 
+def process_start_ticks(pid: int) -> int | None:
+    """The kernel's start time of pid (clock ticks since boot), or None if it is gone.
+
+    Together with the pid this names one process for good: a reused pid has another start time,
+    and, unlike the command line, it does not change when a program renames itself (the Rust
+    sglang-router shows up as `sglang::router`).
+    """
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # Field 22; split after the ")" that closes the command name, which may contain spaces.
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
 def write_pidfile(path: Path, procs: list[Proc]) -> None:
-    rows = [{"name": p.spec.name, "pid": p.pid, "log": str(p.log_path),
-             "argv": p.spec.argv} for p in procs]
+    rows = [{"name": p.spec.name, "pid": p.pid, "start_ticks": process_start_ticks(p.pid),
+             "log": str(p.log_path), "argv": p.spec.argv} for p in procs]
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(rows, indent=2))
     tmp.replace(path)
 
 
-def spec_dict(spec: ProcSpec) -> dict:
-    return asdict(spec)

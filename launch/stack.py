@@ -18,6 +18,7 @@ from launch.procs import (
     ProcSpec,
     free_port,
     port_in_use,
+    process_start_ticks,
     start,
     stop_group,
     wait_healthy,
@@ -218,16 +219,8 @@ def down_run_dir(run_dir: Path) -> list[str]:
         raise LaunchError(f"{pidfile} not found: nothing was started with --run-dir {run_dir}")
     rows = json.loads(pidfile.read_text())
     for row in reversed(rows):
-        # A pid can be reused after a reboot: signal it only if it still runs what we started.
-        if _cmdline(row["pid"]) == row["argv"]:
+        # A pid can be reused: signal it only if it is still the process we started.
+        if process_start_ticks(row["pid"]) == row.get("start_ticks"):
             stop_group(row["pid"])
     pidfile.unlink()
     return [r["name"] for r in rows]
-
-
-def _cmdline(pid: int) -> list[str] | None:
-    try:
-        raw = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return None
-    return raw.rstrip(b"\0").decode(errors="replace").split("\0")

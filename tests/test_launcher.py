@@ -11,7 +11,14 @@ from pathlib import Path
 import pytest
 
 from launch.gpus import assign_gpus, parse_nvidia_smi
-from launch.procs import LaunchError, ProcSpec, start, stop_group, wait_healthy
+from launch.procs import (
+    LaunchError,
+    ProcSpec,
+    process_start_ticks,
+    start,
+    stop_group,
+    wait_healthy,
+)
 from launch.stack import Stack, down_run_dir, merge_models
 from launch.worker_cmd import server_arg_flags, worker_argv
 from router.config import ModelSpec
@@ -93,9 +100,10 @@ def test_down_stops_what_up_started_and_nothing_else(tmp_path):
                  tmp_path)
     stranger = start(ProcSpec("stranger", [sys.executable, "-c", "import time; time.sleep(60)"],
                               None), tmp_path)
-    rows = [{"name": "ours", "pid": ours.pid, "log": "", "argv": ours.spec.argv},
-            # A recorded pid whose command line no longer matches (pid reuse) is left alone.
-            {"name": "reused", "pid": stranger.pid, "log": "", "argv": ["something", "else"]}]
+    rows = [{"name": "ours", "pid": ours.pid, "start_ticks": process_start_ticks(ours.pid)},
+            # A recorded pid whose start time differs (the pid was reused) is left alone.
+            {"name": "reused", "pid": stranger.pid,
+             "start_ticks": process_start_ticks(stranger.pid) - 1}]
     (tmp_path / "processes.json").write_text(json.dumps(rows))
     try:
         assert down_run_dir(tmp_path) == ["ours", "reused"]
