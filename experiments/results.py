@@ -32,8 +32,10 @@ class AgentTrace(BaseModel):
     first_token_s: float | None = None
     end_s: float | None = None
     warmups: int = 0
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
+    # None where the prefill worker's numbers are not known: an agent killed before its final
+    # request, or one sent through the native sglang-router (which hides the prefill reply).
+    prompt_tokens: int | None = None
+    cached_tokens: int | None = None
     slot_order: list[str] = []  # precursor ids in the order spliced; empty for a first-layer agent
     killed: bool = False
 

@@ -104,7 +104,15 @@ async def _run_setting(client: RouterClient, spec: RunSpec, setting: Setting,
             if error and spec.fail_fast:
                 raise FailFast(f"{q.id} setting {setting.number}: {error}")
 
-    await asyncio.gather(*(one(q) for q in questions))
+    # Like a TaskGroup (3.11+; we support 3.10): the first failure cancels the questions still
+    # running, so nothing is left talking to a deployment that is being torn down.
+    tasks = [asyncio.ensure_future(one(q)) for q in questions]
+    try:
+        await asyncio.gather(*tasks)
+    finally:
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _update_bar(bar: tqdm, stats: dict, setting: Setting, row: dict) -> None:

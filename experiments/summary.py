@@ -96,7 +96,9 @@ def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int) -> 
     ee_seconds = [sum(d.seconds for d in r.early_exit) for r in ok]
     has_ee = any(r.early_exit for r in ok)  # settings without early exit show "-", not 0%
     total_e2e = float(lat.sum()) if lat.size else 0.0
-    with_precursor = [a for r in ok for a in r.agents.values() if a.slot_order]
+    # Successors whose final request ran: their prefill worker reported prompt and cached tokens.
+    with_precursor = [a for r in ok for a in r.agents.values()
+                      if a.slot_order and a.prompt_tokens is not None]
     prompt = sum(a.prompt_tokens for a in with_precursor)
     return SettingSummary(
         dataset=dataset,
@@ -118,7 +120,7 @@ def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int) -> 
         ee_seconds_mean=float(np.mean(ee_seconds)) if has_ee else None,
         warmups_per_sample=(float(np.mean([sum(a.warmups for a in r.agents.values())
                                            for r in ok])) if ok else None),
-        cached_token_ratio=(sum(a.cached_tokens for a in with_precursor) / prompt
+        cached_token_ratio=(sum(a.cached_tokens or 0 for a in with_precursor) / prompt
                             if prompt else None),
         config=_single({r.config for r in mine}, "config", dataset, setting),
         chunk_policy=_single({r.chunk_policy for r in mine}, "chunk_policy", dataset, setting),

@@ -77,3 +77,16 @@ def test_missing_file(tmp_path):
     assert completed_keys(tmp_path / "results.jsonl") == set()
     with pytest.raises(ResultsError, match="no such results file"):
         read_results(tmp_path / "results.jsonl")
+
+
+def test_killed_agent_without_prefill_numbers_is_a_valid_row(tmp_path):
+    """An agent killed by early exit before its final request has no prompt/cached tokens."""
+    from experiments.results import ResultsWriter, read_results
+
+    row = {"sample_id": "q1", "dataset": "gsm8k", "setting": 4, "answer": "3", "gold": "3",
+           "correct": True, "e2e_s": 1.0, "error": None, "early_exit": [],
+           "agents": {"leaf": {"model": "m", "killed": True, "prompt_tokens": None,
+                               "cached_tokens": None, "output_ids": [1]}}}
+    ResultsWriter(tmp_path / "results.jsonl").append(row)
+    (back,) = read_results(tmp_path / "results.jsonl")
+    assert back.agents["leaf"].killed and back.agents["leaf"].prompt_tokens is None
