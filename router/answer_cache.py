@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 
 
@@ -13,10 +14,15 @@ class PrecursorFailed(RuntimeError):
     """A successor cannot run because a precursor failed; the message names it and the cause."""
 
 
+class SessionReleased(RuntimeError):
+    """The session's APC was released (the session ended) while something still waited on it."""
+
+
 @dataclass(slots=True)
 class AgentAnswer:
     agent_id: str
     output_ids: list[int] = field(default_factory=list)
+    # logprobs[i] belongs to output_ids[i]; shorter when the worker sent none for some tokens.
     logprobs: list[float] = field(default_factory=list)
     text: str = ""
     done: bool = False
@@ -39,15 +45,13 @@ class AnswerCache:
         self._waiters: list[asyncio.Future] = []
         self._finish_counter = itertools.count()
         self.version = 0
+        self.released = False
 
     def __getitem__(self, agent_id: str) -> AgentAnswer:
         return self._answers[agent_id]
 
     def __contains__(self, agent_id: str) -> bool:
         return agent_id in self._answers
-
-    def answers(self) -> list[AgentAnswer]:
-        return list(self._answers.values())
 
     # --- writers (the orchestrator) -------------------------------------------------------------
     def append(self, agent_id: str, ids: list[int], logprobs: list[float], text: str) -> None:
@@ -84,11 +88,14 @@ class AnswerCache:
 
     # --- readers --------------------------------------------------------------------------------
     async def wait_change(self, since_version: int, timeout: float | None = None) -> int:
-        """Return once `version` differs from `since_version` (TimeoutError after `timeout`)."""
-        while self.version == since_version:
+        """Return once `version` differs from `since_version` (TimeoutError after `timeout`).
+        SessionReleased once the APC was released: nothing will change any more."""
+        while self.version == since_version and not self.released:
             fut = asyncio.get_running_loop().create_future()
             self._waiters.append(fut)
             await asyncio.wait_for(fut, timeout)
+        if self.released:
+            raise SessionReleased("the session ended (its answers were released) during the wait")
         return self.version
 
     async def wait_for(
@@ -100,12 +107,37 @@ class AnswerCache:
             await self.wait_change(self.version, timeout)
         return a
 
-    async def wait_ended(self, agent_ids: list[str], timeout: float | None = None) -> None:
-        while not all(self._answers[a].ended for a in agent_ids):
+    async def wait_ended(
+        self, agent_ids: Callable[[], Iterable[str]], timeout: float | None = None
+    ) -> None:
+        """Return once every agent `agent_ids()` names has ended, or one of them failed or was
+        killed (the caller tells the two apart). `agent_ids` is re-read at every change: early
+        exit can shrink the set. `timeout` bounds each wait for a change."""
+        while True:
+            answers = [self._answers[a] for a in agent_ids()]
+            if all(a.ended for a in answers) or any(a.error or a.killed for a in answers):
+                return
             await self.wait_change(self.version, timeout)
 
+    async def follow(self, agent_id: str) -> AsyncIterator[tuple[list[int], list[float], str]]:
+        """(new ids, their logprobs, cumulative text) of one agent as its entry grows, until it
+        ended."""
+        answer, sent = self._answers[agent_id], 0
+        while True:
+            seen = self.version
+            if len(answer.output_ids) > sent:
+                n = len(answer.output_ids)
+                yield answer.output_ids[sent:n], answer.logprobs[sent:n], answer.text
+                sent = n
+                continue
+            if answer.ended:
+                return
+            await self.wait_change(seen)
+
     def release(self) -> None:
-        """Drop every answer (the session ended) and wake waiters so none is left hanging."""
+        """Drop every answer (the session ended) and wake waiters: they raise SessionReleased
+        rather than wait for changes that never come."""
+        self.released = True
         for a in self._answers.values():
             a.output_ids, a.logprobs, a.text = [], [], ""
         self._bump()

@@ -6,12 +6,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from router.answer_cache import AnswerCache
 from router.config import IncrementalPrefill
 from router.pd import Deployment, PrefillTarget
 from router.successor_prompt import SuccessorPrompt
 from router.trace import AgentTrace
+from sglang_ext import protocol as P
 
 log = logging.getLogger(__name__)
 
@@ -45,6 +47,8 @@ def next_warmup(
 
 
 class WarmupLoop:
+    """Warm-ups of one successor on its pinned prefill target; `run` returns the final prompt."""
+
     def __init__(
         self,
         prompt: SuccessorPrompt,
@@ -55,8 +59,9 @@ class WarmupLoop:
         trace: AgentTrace,
         rid_prefix: str,
         precursor_wait_s: float,
-        on_warmup=None,
+        on_warmup: Callable[[int, dict], None] | None = None,
     ) -> None:
+        """`on_warmup(n_tokens, meta_info)` is called after each warm-up returned (metrics)."""
         self._prompt, self._apc, self._dep, self._target = prompt, apc, deployment, target
         self._policy, self._trace, self._rid_prefix = policy, trace, rid_prefix
         self._wait_s = precursor_wait_s
@@ -74,7 +79,7 @@ class WarmupLoop:
             # The static prefix goes at once, whatever the chunk policy.
             chunk = state.ids if first else next_warmup(warmed, state.ids, self._policy)
             first = False
-            if chunk is None:
+            if not chunk:  # nothing new, or an empty static prefix: nothing to warm yet
                 try:
                     await self._apc.wait_change(seen, self._wait_s)
                 except TimeoutError as e:
@@ -90,12 +95,12 @@ class WarmupLoop:
         rid = f"{self._rid_prefix}{self._trace.warmups}"
         try:
             meta = await self._dep.warmup(self._target, ids, rid)
-        except asyncio.CancelledError:
-            # Killed mid warm-up: the worker may still be prefilling it.
+        except BaseException:
+            # Killed, timed out or cut off mid warm-up: the worker may still be prefilling it.
             await asyncio.shield(self._dep.abort_warmup(self._target, rid))
             raise
         self._trace.warmups += 1
         self._trace.warmup_lengths.append(len(ids))
-        self._trace.warmup_cached_tokens += int(meta.get("cached_tokens") or 0)
+        self._trace.warmup_cached_tokens += int(meta.get(P.CACHED_TOKENS) or 0)
         if self._on_warmup is not None:
             self._on_warmup(len(ids), meta)

@@ -1,9 +1,11 @@
 """Prometheus metrics of one router app, in their own registry (many apps can share a process).
-Updated by the orchestrator and server; served at /metrics."""
+Updated by the orchestrator, agent runner and server; served at /metrics."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+
+from router.trace import AgentTrace
 
 
 class RouterMetrics:
@@ -39,11 +41,22 @@ class RouterMetrics:
         )
         self.layer_latency = Histogram(
             "moa_layer_latency_seconds",
-            "Agent end time since the question started, by layer",
+            "Wall time of each layer of a question: its last agent's end minus its first agent's start",
             ["layer", "mode"],
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
             registry=self.registry,
         )
+
+    def observe_layers(self, traces: list[AgentTrace], mode: str) -> None:
+        """One question's layer latencies: a layer lasts from its first agent's start to its
+        last agent's end (agents that never started are left out)."""
+        spans: dict[int, list[AgentTrace]] = {}
+        for t in traces:
+            if t.start_s is not None and t.end_s is not None:
+                spans.setdefault(t.layer, []).append(t)
+        for layer, ts in spans.items():
+            seconds = max(t.end_s for t in ts) - min(t.start_s for t in ts)
+            self.layer_latency.labels(str(layer), mode).observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

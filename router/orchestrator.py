@@ -1,12 +1,13 @@
 """Runs one question's agent graph (a Session) in `pipelined` or `blocking` mode: every agent's
 output streams into the session's APC; a successor is warmed incrementally (pipelined) or sent
-whole once its precursors finished (blocking). The server calls `run_all` (whole graph) or
-`run_agent` (one agent of a driver's fan-out).
+whole once its precursors finished (blocking); agent_runner.py sends each agent's requests. The
+server calls `run_all` (whole graph) or `start_agent` (one agent of a driver's fan-out).
 
 Early-exit hook: after each precursor completes, `on_completion(session, successor, agent)` (if
 set) returns the precursors of `successor` to drop; `drop_slots` removes them from its prompt
 (re-warming from the longest valid prefix) and aborts those no other successor still reads. The
-hook records its decisions in `Session.early_exit` and may skip a successor with `bypass`.
+hook records its decisions in `Session.early_exit` and may skip a successor with `bypass`. A
+hook that raises fails the session (`run_all` raises AgentFailed naming it).
 """
 
 from __future__ import annotations
@@ -14,20 +15,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from router.agent_runner import AgentRunner
 from router.answer_cache import AnswerCache, PrecursorFailed
 from router.config import TopologyConfig
 from router.context import RouterContext
-from router.incremental import WarmupLoop
-from router.pd import PDCall, PrefillTarget
-from router.successor_prompt import SuccessorPrompt, token_source
-from router.template import TextSplicer, build_pieces, prompt_ids
 from router.topology import layers, successors
 from router.trace import AgentTrace, Clock
-from sglang_ext import protocol as P
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +52,8 @@ class QuestionResult:
 
 
 class Session:
+    """One question's graph run: its APC, agent tasks, traces and early-exit state."""
+
     def __init__(
         self,
         ctx: RouterContext,
@@ -85,7 +85,13 @@ class Session:
         self.readers = successors(cfg)
         self.dropped: dict[str, set[str]] = {a: set() for a in ids}
         self.tasks: dict[str, asyncio.Task] = {}
-        self._calls: dict[str, PDCall] = {}
+        # Part of every rid: unique per Session even when a client reuses a session id.
+        self.rid_tag = uuid.uuid4().hex[:12]
+        # Per-agent endpoint: clients streaming each agent now (a disconnect cancels an agent
+        # only when nobody else needs it).
+        self.followers: Counter[str] = Counter()
+        # Set when the session as a whole failed (not one agent): run_all raises it.
+        self.failure: str | None = None
 
     # --- running ------------------------------------------------------------------------------
     def start_agent(self, agent_id: str) -> asyncio.Task:
@@ -109,6 +115,12 @@ class Session:
             await asyncio.wait(self.tasks.values())
         finally:
             await self.close()
+        for t in self.tasks.values():
+            # `_run` handles its own failures: an exception here is a bug; retrieve and report it.
+            if not t.cancelled() and (e := t.exception()) is not None:
+                self._fail(f"agent task {t.get_name()} crashed: {type(e).__name__}: {e}")
+        if self.failure is not None:
+            raise AgentFailed(self.failure)
         final = self.apc[self.cfg.final]
         if not final.done:
             raise AgentFailed(final.error or f"final agent '{self.cfg.final}' was aborted")
@@ -123,6 +135,16 @@ class Session:
             for a, t in self.traces.items()
         }
 
+    def still_needed(self, agent_id: str) -> bool:
+        """Whether another client follows `agent_id`, or a successor that has not ended (running
+        or still to be requested) reads its output."""
+        if self.followers[agent_id] > 0:
+            return True
+        return any(
+            agent_id not in self.dropped[r] and not self.apc[r].ended
+            for r in self.readers[agent_id]
+        )
+
     async def close(self) -> None:
         """Cancel what still runs (aborting its requests on the workers)."""
         pending = [t for t in self.tasks.values() if not t.done()]
@@ -132,35 +154,27 @@ class Session:
             await asyncio.wait(pending)
 
     def release(self) -> None:
-        self.apc.release()
+        """The session ended: record per-layer latency, drop the APC. Runs once."""
+        if not self.apc.released:
+            self.ctx.metrics.observe_layers(list(self.traces.values()), self.mode)
+            self.apc.release()
+
+    def _fail(self, message: str) -> None:
+        """Fail the whole session (not one agent): stop every agent; `run_all` raises it."""
+        if self.failure is None:
+            self.failure = message
+        me = asyncio.current_task()
+        for t in self.tasks.values():
+            if t is not me and not t.done():
+                t.cancel()
 
     # --- one agent ----------------------------------------------------------------------------
     async def _run(self, agent_id: str) -> None:
         trace = self.traces[agent_id]
         trace.start_s = self.clock.now()
-        model = self.cfg.agent(agent_id).model
-        dep = self.ctx.deployments[model]
         outcome = "error"
         try:
-            body = {
-                P.SAMPLING_PARAMS: self.cfg.sampling_of(agent_id).to_sglang(),
-                P.RETURN_LOGPROB: True,
-                P.RID: f"moa-{self.id[:12]}-{agent_id}-{uuid.uuid4().hex[:6]}",
-            }
-            if not self.cfg.precursors(agent_id):
-                body[P.INPUT_IDS] = prompt_ids(
-                    self.ctx.tokenizer(model), self.cfg.template_of(agent_id), self.question
-                )
-                await self._stream(agent_id, dep.via_router(body))
-            else:
-                target = dep.pick_prefill()
-                trace.prefill_url = target.url
-                try:
-                    body[P.INPUT_IDS] = await self._successor_prompt(agent_id, target)
-                    trace.final_request_s = self.clock.now()
-                    await self._stream(agent_id, dep.dual(body, target))
-                finally:
-                    dep.unpin(target)
+            await AgentRunner(self, agent_id).run()
             self.apc.finish(agent_id)
             outcome = "ok"
         except asyncio.CancelledError:
@@ -185,113 +199,30 @@ class Session:
             trace.end_s = self.clock.now()
             answer = self.apc[agent_id]
             trace.output_ids, trace.text = list(answer.output_ids), answer.text
-            self.ctx.metrics.agents.labels(model, outcome).inc()
-            self.ctx.metrics.layer_latency.labels(str(trace.layer), self.mode).observe(trace.end_s)
+            self.ctx.metrics.agents.labels(trace.model, outcome).inc()
         if outcome in ("ok", "bypassed"):
             await self._completed(agent_id)
-
-    async def _successor_prompt(self, agent_id: str, target: PrefillTarget) -> list[int]:
-        """The complete prompt: warmed on the way (pipelined) or built once all precursors
-        ended (blocking). Both build it with the same SuccessorPrompt, so given the same slot
-        order it is the same token list."""
-        prompt = self._prompt_of(agent_id)
-        trace = self.traces[agent_id]
-        if self.mode == "pipelined" and self.cfg.incremental_prefill.enabled:
-            model = self.cfg.agent(agent_id).model
-            m = self.ctx.metrics
-
-            def count(n_tokens: int, _meta: dict) -> None:
-                m.warmups.labels(model).inc()
-                m.warmup_tokens.labels(model).inc(n_tokens)
-
-            loop = WarmupLoop(
-                prompt,
-                self.apc,
-                self.ctx.deployments[model],
-                target,
-                self.cfg.incremental_prefill,
-                trace,
-                f"{P.WARMUP_RID_PREFIX}{self.id[:12]}-{agent_id}-",
-                self.ctx.timeouts.precursor_wait_s,
-                count,
-            )
-            ids = await loop.run()
-        else:
-            wait_s = self.ctx.timeouts.precursor_wait_s
-            # Blocking: nothing goes out (and no dynamic slot is assigned) before every kept
-            # precursor has ended.
-            while not all(self.apc[p].ended for p in prompt.kept()):
-                prompt.check_precursors()
-                try:
-                    await self.apc.wait_change(self.apc.version, wait_s)
-                except TimeoutError as e:
-                    raise TimeoutError(
-                        f"agent '{agent_id}' waited {wait_s:g}s for its precursors {prompt.kept()}"
-                    ) from e
-            ids = prompt.state().ids
-        trace.slot_order = list(prompt.order)
-        return ids
-
-    def _prompt_of(self, agent_id: str) -> SuccessorPrompt:
-        model = self.cfg.agent(agent_id).model
-        tok = self.ctx.tokenizer(model)
-        pieces = build_pieces(tok, self.cfg.template_of(agent_id), self.question)
-        sources = {}
-        for p in pieces.slots:
-            ptok = self.ctx.tokenizer(self.cfg.agent(p).model)
-            if ptok.family == tok.family:
-                sources[p] = token_source(tok.eot_ids)
-            else:
-                splicer = TextSplicer(tok)
-                sources[p] = lambda a, s=splicer: s.ids(a.text, a.done)
-        return SuccessorPrompt(
-            agent_id,
-            pieces,
-            sources,
-            self.apc,
-            self.dropped[agent_id],
-            dynamic=self.cfg.slot_order == "dynamic",
-            forced_order=self.slot_orders.get(agent_id),
-        )
-
-    async def _stream(self, agent_id: str, call: PDCall) -> None:
-        """Stream one generate call into the APC; abort it on the workers if cancelled."""
-        trace = self.traces[agent_id]
-        self._calls[agent_id] = call
-        finished = False
-        try:
-            meta: dict = {}
-            async for chunk in call.stream:
-                ids = chunk.get(P.OUTPUT_IDS) or []
-                meta = chunk.get(P.META_INFO) or {}
-                lps = meta.get(P.OUTPUT_TOKEN_LOGPROBS) or []
-                # Incremental or cumulative logprob lists: the tail matches the new ids.
-                new_lps = [float(x[0]) for x in lps[len(lps) - len(ids) :]] if ids else []
-                if ids and trace.first_token_s is None:
-                    trace.first_token_s = self.clock.now()
-                self.apc.append(agent_id, ids, new_lps, chunk.get(P.TEXT, self.apc[agent_id].text))
-            finished = True
-            trace.finish_reason = meta.get(P.FINISH_REASON)
-            source = call.prefill_meta or meta
-            trace.prompt_tokens = source.get(P.PROMPT_TOKENS)
-            trace.cached_tokens = source.get(P.CACHED_TOKENS)
-            if call.prefill_meta and trace.prompt_tokens:
-                self.ctx.metrics.cached_ratio.labels(trace.model, self.mode).observe(
-                    (trace.cached_tokens or 0) / trace.prompt_tokens
-                )
-        finally:
-            del self._calls[agent_id]
-            if not finished:
-                await asyncio.shield(self.ctx.deployments[trace.model].abort(call))
 
     # --- early-exit hook ----------------------------------------------------------------------
     async def _completed(self, agent_id: str) -> None:
         if self.on_completion is None:
             return
         for succ in self.readers[agent_id]:
-            drop = await self.on_completion(self, succ, agent_id)
-            if drop:
-                await self.drop_slots(succ, drop)
+            try:
+                drop = await self.on_completion(self, succ, agent_id)
+                if drop:
+                    await self.drop_slots(succ, drop)
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # a failing hook must not vanish in a task
+                log.exception(
+                    "session %s: early-exit hook failed at %s/%s", self.id, succ, agent_id
+                )
+                self._fail(
+                    f"early exit failed after agent '{agent_id}' completed (deciding for "
+                    f"'{succ}'): {type(e).__name__}: {e}"
+                )
+                return
 
     async def bypass(self, successor: str, source: str) -> bool:
         """Skip `successor` (aggregator bypass): stop its run, aborting what it sent, and pass

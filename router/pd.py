@@ -96,9 +96,11 @@ class Deployment:
         """Prefill `input_ids` into the target's radix cache; nothing goes to decode.
         Returns the reply's meta_info (prompt_tokens, cached_tokens)."""
         if self._warmup_verb == "prefill_only":
+            # The room pins the DP rank (room % dp_size), as on the final request: without it
+            # the verb draws a random room and the warm-up may fill another rank's cache.
             reply = await self._client.post_json(
                 f"{target.url}{P.PREFILL_ONLY_PATH}",
-                {P.INPUT_IDS: input_ids, P.RID: rid},
+                {P.INPUT_IDS: input_ids, P.RID: rid, P.BOOTSTRAP_ROOM: self._room(target)},
                 "warm-up",
                 self._t.warmup_s,
             )
@@ -133,12 +135,13 @@ class Deployment:
             P.BOOTSTRAP_PORT: target.bootstrap_port,
             P.BOOTSTRAP_ROOM: self._room(target),
         }
-        call = PDCall(body[P.RID], _empty(), [target.url, decode_url])
-        call.stream = self._dual_stream(call, body, target.url, decode_url)
-        return call
+        # The stream fills `prefill_meta` in place once the prefill worker replied.
+        prefill_meta: dict = {}
+        stream = self._dual_stream(body, target.url, decode_url, prefill_meta)
+        return PDCall(body[P.RID], stream, [target.url, decode_url], prefill_meta)
 
     async def _dual_stream(
-        self, call: PDCall, body: dict, prefill_url: str, decode_url: str
+        self, body: dict, prefill_url: str, decode_url: str, prefill_meta: dict
     ) -> AsyncIterator[dict]:
         prefill = asyncio.ensure_future(
             self._client.post_json(f"{prefill_url}/generate", body, "prefill", self._t.read_s)
@@ -164,7 +167,7 @@ class Deployment:
                 nxt = None
                 yield chunk
             reply = await asyncio.wait_for(prefill, self._t.read_s)
-            call.prefill_meta = reply.get(P.META_INFO, {})
+            prefill_meta.update(reply.get(P.META_INFO, {}))
         finally:
             pending = [f for f in (nxt, prefill) if f is not None and not f.done()]
             for fut in pending:
@@ -181,8 +184,3 @@ class Deployment:
 
     async def abort_warmup(self, target: PrefillTarget, rid: str) -> None:
         await self._client.abort(target.url, rid, self._t.abort_s)
-
-
-async def _empty() -> AsyncIterator[dict]:
-    return
-    yield  # pragma: no cover

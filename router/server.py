@@ -1,37 +1,39 @@
 """The shell router's HTTP API (aiohttp): whole-graph runs, per-agent streams for drivers that fire
-every agent at once, an OpenAI-compatible chat endpoint whose `model` is a topology name, health
-and Prometheus metrics. `make_app` builds it (tests); `main` serves it (`python -m router`)."""
+every agent at once, an OpenAI-compatible chat endpoint whose `model` is a topology name
+(chat_api.py), health and Prometheus metrics. `make_app` builds it (tests); `main` serves it
+(`python -m router`)."""
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
-import time
-import uuid
 from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
+from router.api_request import (
+    CONFIGS,
+    CTX,
+    HOOK,
+    STORE,
+    BadRequest,
+    config_of,
+    mode_of,
+    new_session,
+    question_of,
+    read_body,
+)
+from router.chat_api import chat_completions
 from router.cluster import ClusterSpec
 from router.config import TopologyConfig
-from router.config_loader import ConfigError, config_from_dict, load_config
+from router.config_loader import ConfigError
 from router.context import ConfigNotServed, RouterContext
 from router.early_exit_hook import EarlyExitHooks
-from router.orchestrator import MODES, AgentFailed, CompletionHook, Session, UnknownAgent
+from router.orchestrator import AgentFailed, CompletionHook, Session, UnknownAgent
 from router.sessions import SessionConflict, SessionStore
 from sglang_ext import protocol as P
 
 log = logging.getLogger(__name__)
-
-CTX = web.AppKey("ctx", RouterContext)
-STORE = web.AppKey("sessions", SessionStore)
-CONFIGS = web.AppKey("configs", dict)
-HOOK = web.AppKey("hook", object)
-
-
-class BadRequest(ValueError):
-    pass
 
 
 def make_app(
@@ -90,73 +92,6 @@ def _error(status: int, message: str) -> web.Response:
     return web.json_response(P.error_body(message, status), status=status)
 
 
-async def _body(request: web.Request) -> dict:
-    try:
-        body = await request.json()
-    except json.JSONDecodeError as e:
-        raise BadRequest(f"the body is not JSON: {e}") from e
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    return body
-
-
-def _config(request: web.Request, ref) -> TopologyConfig:
-    if isinstance(ref, dict):
-        return config_from_dict(ref, "<inline config>")
-    if not isinstance(ref, str) or not ref:
-        raise BadRequest("'config' must be a config name, a cfgs/ path or an inline JSON object")
-    configs = request.app[CONFIGS]
-    if ref not in configs:
-        configs[ref] = load_config(ref)
-    return configs[ref]
-
-
-def _mode(body: dict) -> str:
-    mode = body.get("mode", "pipelined")
-    if mode not in MODES:
-        raise BadRequest(f"'mode' must be one of {', '.join(MODES)}, not {mode!r}")
-    return mode
-
-
-def _question(body: dict) -> str:
-    q = body.get("question")
-    if not isinstance(q, str) or not q.strip():
-        raise BadRequest("'question' must be a non-empty string")
-    return q
-
-
-def _question_id(body: dict) -> str | None:
-    qid = body.get("question_id")
-    if qid is not None and not isinstance(qid, (str, int)):
-        raise BadRequest("'question_id' must be a string (it keys the early-exit draws)")
-    return None if qid is None else str(qid)
-
-
-def _new_session(request: web.Request, body: dict, cfg: TopologyConfig) -> Session:
-    hook = None
-    early_exit = bool(body.get("early_exit", cfg.early_exit.enabled))
-    if early_exit or cfg.aggregator_bypass.enabled:
-        factory = request.app[HOOK]
-        if factory is None:
-            raise BadRequest("early exit was asked for but this router has no early-exit hook")
-        # The request's flag wins over the config's: the hook reads early_exit.enabled.
-        ee = cfg.early_exit.model_copy(update={"enabled": early_exit})
-        try:
-            hook = factory(cfg.model_copy(update={"early_exit": ee}))
-        except ValueError as e:
-            raise BadRequest(f"early exit cannot run for config '{cfg.name}': {e}") from e
-    return Session(
-        request.app[CTX],
-        cfg,
-        _question(body),
-        _mode(body),
-        body.get("session_id"),
-        slot_orders=body.get("slot_orders"),
-        on_completion=hook,
-        question_id=_question_id(body),
-    )
-
-
 async def health(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     return web.json_response(
@@ -174,9 +109,9 @@ async def metrics(request: web.Request) -> web.Response:
 async def run_graph(request: web.Request) -> web.Response:
     """{question, config, mode?, early_exit?, question_id?, slot_orders?} → {answer, final_agent,
     trace, early_exit}; `question_id` keys the early-exit draws (else the question text)."""
-    body = await _body(request)
-    cfg = _config(request, body.get("config"))
-    session = _new_session(request, body, cfg)
+    body = await read_body(request)
+    cfg = config_of(request, body.get("config"))
+    session = new_session(request, body, cfg)
     try:
         result = await session.run_all()
     except AgentFailed as e:
@@ -203,57 +138,54 @@ async def run_graph(request: web.Request) -> web.Response:
     )
 
 
-async def _follow(
-    session: Session, agent_id: str
-) -> AsyncIterator[tuple[list[int], list[float], str]]:
-    """(new ids, new logprobs, cumulative text) of one agent as its APC entry grows."""
-    answer, sent = session.apc[agent_id], 0
-    while True:
-        seen = session.apc.version
-        if len(answer.output_ids) > sent:
-            n = len(answer.output_ids)
-            yield answer.output_ids[sent:n], answer.logprobs[sent:n], answer.text
-            sent = n
-            continue
-        if answer.ended:
-            return
-        await session.apc.wait_change(seen)
-
-
 async def run_agent(request: web.Request) -> web.StreamResponse:
     """{session_id, config, question, mode?, agent, stream?}: run one agent of a question; SSE
     events {agent, output_ids (new), logprobs (new), text}, then one with its trace."""
-    body = await _body(request)
-    cfg = _config(request, body.get("config"))
+    body = await read_body(request)
+    cfg = config_of(request, body.get("config"))
     sid, agent_id = body.get("session_id"), body.get("agent")
     if not isinstance(sid, str) or not isinstance(agent_id, str):
         raise BadRequest("'session_id' and 'agent' must be strings")
     store = request.app[STORE]
-    session = store.enter(sid, cfg, _question(body), _mode(body))
+    session = store.enter(sid, cfg, question_of(body), mode_of(body))
+    session.followers[agent_id] += 1
     try:
-        task = session.start_agent(agent_id)
-        if not body.get("stream", True):
-            await asyncio.wait([task])
-            return _agent_reply(session, agent_id)
-        resp = web.StreamResponse(headers={"Content-Type": P.SSE_CONTENT_TYPE})
-        await resp.prepare(request)
-        async for ids, lps, text in _follow(session, agent_id):
-            await resp.write(
-                P.sse_event({"agent": agent_id, P.OUTPUT_IDS: ids, "logprobs": lps, P.TEXT: text})
-            )
-        await asyncio.wait([task])
-        final = session.traces[agent_id].to_dict()
-        if final["error"]:
-            await resp.write(P.sse_event({"error": {"message": final["error"]}}))
-        await resp.write(P.sse_event({"agent": agent_id, "done": True, "trace": final}))
-        await resp.write(P.sse_done())
-        return resp
+        try:
+            task = session.start_agent(agent_id)
+            if not body.get("stream", True):
+                await asyncio.wait([task])
+                return _agent_reply(session, agent_id)
+            return await _agent_stream(request, session, agent_id, task)
+        finally:
+            session.followers[agent_id] -= 1
     except (asyncio.CancelledError, ConnectionResetError):
-        # The client went away: nobody reads this agent any more.
-        session.tasks[agent_id].cancel() if agent_id in session.tasks else None
+        # This client went away. The agent runs on while another client follows it or a
+        # successor of the session (running, or still to be requested) reads it; the session's
+        # linger timeout ends it if those never come.
+        task = session.tasks.get(agent_id)
+        if task is not None and not session.still_needed(agent_id):
+            task.cancel()
         raise
     finally:
         store.leave(session)
+
+
+async def _agent_stream(
+    request: web.Request, session: Session, agent_id: str, task: asyncio.Task
+) -> web.StreamResponse:
+    resp = web.StreamResponse(headers={"Content-Type": P.SSE_CONTENT_TYPE})
+    await resp.prepare(request)
+    async for ids, lps, text in session.apc.follow(agent_id):
+        await resp.write(
+            P.sse_event({"agent": agent_id, P.OUTPUT_IDS: ids, "logprobs": lps, P.TEXT: text})
+        )
+    await asyncio.wait([task])
+    final = session.traces[agent_id].to_dict()
+    if final["error"]:
+        await resp.write(P.sse_event({"error": {"message": final["error"]}}))
+    await resp.write(P.sse_event({"agent": agent_id, "done": True, "trace": final}))
+    await resp.write(P.sse_done())
+    return resp
 
 
 def _agent_reply(session: Session, agent_id: str) -> web.Response:
@@ -269,80 +201,3 @@ def _agent_reply(session: Session, agent_id: str) -> web.Response:
         },
         status=status,
     )
-
-
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    """OpenAI chat completions where `model` names a topology; the last user message is the
-    question; streams the final agent's answer."""
-    body = await _body(request)
-    name = body.get("model")
-    messages = body.get("messages") or []
-    users = [m.get("content") for m in messages if isinstance(m, dict) and m.get("role") == "user"]
-    if not users or not isinstance(users[-1], str):
-        raise BadRequest("'messages' must hold at least one user message with string content")
-    cfg = _config(request, name)
-    session = _new_session(
-        request, {"question": users[-1], "mode": body.get("moa_mode", "pipelined")}, cfg
-    )
-    cid, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
-    final = cfg.final
-    runner = asyncio.create_task(session.run_all())
-    try:
-        if not body.get("stream"):
-            try:
-                result = await runner
-            except AgentFailed as e:
-                return _error(502, str(e))
-            n_out = len(result.trace[final]["output_ids"])
-            return web.json_response(
-                {
-                    "id": cid,
-                    "object": "chat.completion",
-                    "created": created,
-                    "model": name,
-                    "choices": [
-                        {
-                            "index": 0,
-                            "finish_reason": "stop",
-                            "message": {"role": "assistant", "content": result.answer},
-                        }
-                    ],
-                    "usage": {
-                        "prompt_tokens": result.trace[final]["prompt_tokens"] or 0,
-                        "completion_tokens": n_out,
-                        "total_tokens": (result.trace[final]["prompt_tokens"] or 0) + n_out,
-                    },
-                }
-            )
-        resp = web.StreamResponse(headers={"Content-Type": P.SSE_CONTENT_TYPE})
-        await resp.prepare(request)
-        shown = ""
-
-        def chunk(delta: dict, finish: str | None = None) -> bytes:
-            return P.sse_event(
-                {
-                    "id": cid,
-                    "object": "chat.completion.chunk",
-                    "created": created,
-                    "model": name,
-                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-                }
-            )
-
-        await resp.write(chunk({"role": "assistant"}))
-        async for _ids, _lps, text in _follow(session, final):
-            if text.startswith(shown) and len(text) > len(shown):
-                await resp.write(chunk({"content": text[len(shown) :]}))
-                shown = text
-        try:
-            await runner
-            await resp.write(chunk({}, "stop"))
-        except AgentFailed as e:
-            await resp.write(P.sse_event({"error": {"message": str(e)}}))
-        await resp.write(P.sse_done())
-        return resp
-    finally:
-        if not runner.done():
-            runner.cancel()
-            await asyncio.wait([runner])
-        session.release()

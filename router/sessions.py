@@ -19,11 +19,16 @@ class SessionConflict(ValueError):
 
 
 class SessionStore:
+    """Live per-agent sessions by id, how many requests are inside each, and their expiry."""
+
     def __init__(self, ctx: RouterContext) -> None:
         self._ctx = ctx
         self._sessions: dict[str, Session] = {}
         self._active: dict[str, int] = {}
         self._expiry: dict[str, asyncio.TimerHandle] = {}
+        # Closes of expired sessions still running: tracked so none is garbage-collected mid-way
+        # and `close` can wait for them.
+        self._closing: set[asyncio.Task] = set()
 
     def __len__(self) -> int:
         return len(self._sessions)
@@ -47,6 +52,8 @@ class SessionStore:
 
     def leave(self, session: Session) -> None:
         sid = session.id
+        if self._sessions.get(sid) is not session:
+            return  # already expired or closed with the store; nothing left to count
         self._active[sid] -= 1
         if self._active[sid] > 0:
             return
@@ -54,29 +61,38 @@ class SessionStore:
             t.done() for t in session.tasks.values()
         )
         if all_ended:
-            self._drop(sid)
+            self._pop(sid).release()
         else:
-            loop = asyncio.get_running_loop()
-            self._expiry[sid] = loop.call_later(
-                self._ctx.timeouts.session_linger_s, lambda: loop.create_task(self._expire(sid))
+            self._expiry[sid] = asyncio.get_running_loop().call_later(
+                self._ctx.timeouts.session_linger_s, self._expire, sid
             )
 
-    async def _expire(self, sid: str) -> None:
+    def _expire(self, sid: str) -> None:
         self._expiry.pop(sid, None)
-        s = self._sessions.get(sid)
-        if s is not None and self._active.get(sid, 0) == 0:
-            log.info("session %s expired with agents missing or running", sid)
-            await s.close()
-            self._drop(sid)
+        if sid not in self._sessions or self._active.get(sid, 0) > 0:
+            return
+        log.info("session %s expired with agents missing or running", sid)
+        # Out of the store first: a request arriving during the close starts a fresh session.
+        task = asyncio.create_task(_end(self._pop(sid)), name=f"expire:{sid}")
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
 
-    def _drop(self, sid: str) -> None:
-        s = self._sessions.pop(sid)
+    def _pop(self, sid: str) -> Session:
         self._active.pop(sid, None)
-        s.release()
+        return self._sessions.pop(sid)
 
     async def close(self) -> None:
+        """Shut down: cancel every session's agents (aborting their requests) and release them."""
         for h in self._expiry.values():
             h.cancel()
-        for s in list(self._sessions.values()):
-            await s.close()
-            self._drop(s.id)
+        self._expiry.clear()
+        sessions = [self._pop(sid) for sid in list(self._sessions)]
+        for s in sessions:
+            await _end(s)
+        if self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
+
+
+async def _end(session: Session) -> None:
+    await session.close()
+    session.release()

@@ -5,9 +5,10 @@ failure becomes a WorkerError naming the stage and the URL. Used by pd.py."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 
@@ -24,6 +25,22 @@ class WorkerError(RuntimeError):
         self.stage, self.url, self.status = stage, url, status
 
 
+@contextlib.contextmanager
+def _failures(stage: str, url: str, timeout_message: str) -> Iterator[None]:
+    """Turn every way a call can fail (timeout, connection, bad reply) into a WorkerError that
+    names the stage and the URL."""
+    try:
+        yield
+    except WorkerError:
+        raise
+    except asyncio.TimeoutError as e:
+        raise WorkerError(stage, url, timeout_message) from e
+    except aiohttp.ClientConnectorError as e:
+        raise WorkerError(stage, url, f"cannot connect ({e.os_error}); is the worker up?") from e
+    except (aiohttp.ClientError, json.JSONDecodeError) as e:
+        raise WorkerError(stage, url, f"{type(e).__name__}: {e}") from e
+
+
 class SGLangClient:
     def __init__(self, session: aiohttp.ClientSession, connect_s: float, read_s: float) -> None:
         self._session = session
@@ -38,7 +55,11 @@ class SGLangClient:
     async def stream(self, url: str, body: dict, stage: str) -> AsyncIterator[dict]:
         """POST `body` (with stream=true) and yield each SSE event's JSON until [DONE]."""
         body = {**body, P.STREAM: True}
-        try:
+        silence = (
+            f"no data for {self._read_s:g}s (worker hanging? raise timeouts.read_s if it is "
+            "just slow)"
+        )
+        with _failures(stage, url, silence):
             async with self._session.post(url, json=body, timeout=self._timeout(None)) as resp:
                 await _raise_for_status(resp, stage, url)
                 async for event in _sse_events(resp):
@@ -47,25 +68,10 @@ class SGLangClient:
                         msg = err.get("message", err) if isinstance(err, dict) else err
                         raise WorkerError(stage, url, f"error in stream: {msg}")
                     yield event
-        except WorkerError:
-            raise
-        except asyncio.TimeoutError as e:
-            raise WorkerError(
-                stage,
-                url,
-                f"no data for {self._read_s:g}s (worker hanging? "
-                "raise timeouts.read_s if it is just slow)",
-            ) from e
-        except aiohttp.ClientConnectorError as e:
-            raise WorkerError(
-                stage, url, f"cannot connect ({e.os_error}); is the worker up?"
-            ) from e
-        except aiohttp.ClientError as e:
-            raise WorkerError(stage, url, f"{type(e).__name__}: {e}") from e
 
     async def post_json(self, url: str, body: dict, stage: str, total_s: float) -> dict:
         """POST a JSON body, return the JSON reply (an SSE reply gives its last event)."""
-        try:
+        with _failures(stage, url, f"no reply within {total_s:g}s"):
             async with self._session.post(url, json=body, timeout=self._timeout(total_s)) as resp:
                 await _raise_for_status(resp, stage, url)
                 if resp.content_type == P.SSE_CONTENT_TYPE:
@@ -74,16 +80,6 @@ class SGLangClient:
                         last = event
                     return last
                 return await resp.json(content_type=None)
-        except WorkerError:
-            raise
-        except asyncio.TimeoutError as e:
-            raise WorkerError(stage, url, f"no reply within {total_s:g}s") from e
-        except aiohttp.ClientConnectorError as e:
-            raise WorkerError(
-                stage, url, f"cannot connect ({e.os_error}); is the worker up?"
-            ) from e
-        except (aiohttp.ClientError, json.JSONDecodeError) as e:
-            raise WorkerError(stage, url, f"{type(e).__name__}: {e}") from e
 
     async def abort(self, base_url: str, rid: str, total_s: float) -> None:
         """Best effort: ask a worker to drop request `rid` (logged, never raised)."""

@@ -17,15 +17,23 @@ SlotSource = Callable[[AgentAnswer], list[int]]
 
 @dataclass(slots=True)
 class PromptState:
+    """The prompt so far: `ids` is the longest token prefix the precursors' outputs determine
+    now (every later state extends it unless a slot is dropped); `complete` once every kept slot
+    is done and `ids` is the whole prompt."""
+
     ids: list[int]
     complete: bool
 
 
 def token_source(eot_ids: frozenset[int]) -> SlotSource:
+    """The slot source of a precursor of the successor's tokenizer family: its output ids with
+    end-of-turn tokens removed, spliced as they are."""
     return lambda a: clean_output(a.output_ids, eot_ids)
 
 
 class SuccessorPrompt:
+    """One successor's prompt in one session, grown from its precursors' APC entries."""
+
     def __init__(
         self,
         successor: str,

@@ -4,14 +4,15 @@ them. Used by the orchestrator (final prompts) and incremental.py (warm-up prefi
 
 from __future__ import annotations
 
+import uuid
 from dataclasses import dataclass
 
 from router.config import QUESTION_FIELD, SLOT_PATTERN, Template
 from router.tokenizers import LoadedTokenizer
 
 # Stands in for a slot while the chat template renders; split on afterwards. No chat template
-# rewrites it and no question contains it.
-_MARKER = "\x00moa-slot-{}\x00"
+# rewrites it, and a fresh nonce per render keeps a question from forging it.
+_MARKER = "\x00moa-slot-{nonce}-{i}\x00"
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,13 +48,14 @@ def prompt_ids(tok: LoadedTokenizer, template: Template, question: str) -> list[
 def build_pieces(tok: LoadedTokenizer, template: Template, question: str) -> PromptPieces:
     """Render once with markers in the slots, split at the markers, tokenize each static piece."""
     slots = template.slots
-    user = template.user.replace(QUESTION_FIELD, question)
-    counter = iter(range(len(slots)))
-    user = SLOT_PATTERN.sub(lambda _: _MARKER.format(next(counter)), user)
+    # Markers first, question second: a question quoting slot syntax stays plain text.
+    nonce, counter = uuid.uuid4().hex, iter(range(len(slots)))
+    user = SLOT_PATTERN.sub(lambda _: _MARKER.format(nonce=nonce, i=next(counter)), template.user)
+    user = user.replace(QUESTION_FIELD, question)
     text = render_chat(tok, template, user)
     pieces: list[str] = []
     for i in range(len(slots)):
-        before, sep, text = text.partition(_MARKER.format(i))
+        before, sep, text = text.partition(_MARKER.format(nonce=nonce, i=i))
         if not sep:
             raise ValueError(
                 f"the chat template of {template!r} dropped answer slot {i}; "

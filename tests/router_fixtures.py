@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import itertools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -36,11 +37,26 @@ class FakeWorker:
     fail_rids_containing: str | None = None
     fail_status: int = 500
     max_cache_entries: int = 64
+    # Data-parallel ranks of a prefill worker, each with its own radix cache; a request goes to
+    # rank bootstrap_room % dp_size (as in SGLang), one without a room to the next rank in turn.
+    dp_size: int = 1
+    # Token delay of the requests whose rid contains a key (first match), else token_delay_s.
+    delay_by_rid: dict[str, float] = field(default_factory=dict)
+    # Stream as real SGLang does with --skip-tokenizer-init: every id so far in each chunk, and
+    # no text.
+    cumulative_ids: bool = False
+    # Every chunk's text but the last ends in U+FFFD, as when a token holds half a character.
+    half_characters: bool = False
+    # Shared by one cluster's workers: bootstrap room -> host of the prefill worker that got a
+    # final (non-warm-up) request with it. A decode worker serves only a room some prefill
+    # worker got, from the host the request names, as a real KV transfer would.
+    rooms: dict[int, str] | None = None
     requests: list[dict] = field(default_factory=list)
     aborted: list[str] = field(default_factory=list)
     active: dict[str, asyncio.Event] = field(default_factory=dict)
     max_concurrent: int = 0
-    _cache: OrderedDict = field(default_factory=OrderedDict)
+    _caches: dict[int, OrderedDict] = field(default_factory=dict)
+    _next_rank: itertools.count = field(default_factory=itertools.count)
     server: TestServer | None = None
 
     @property
@@ -57,6 +73,10 @@ class FakeWorker:
 
     def finals(self) -> list[dict]:
         return [r for r in self.requests if r not in self.warmups()]
+
+    @property
+    def host(self) -> str:
+        return self.server.host
 
     def app(self) -> web.Application:
         app = web.Application()
@@ -75,9 +95,14 @@ class FakeWorker:
         return web.json_response({"ok": True})
 
     # --- the fake radix cache ----------------------------------------------------------------
-    def _match_and_insert(self, ids: list[int]) -> int:
+    def _rank(self, body: dict) -> int:
+        room = body.get(P.BOOTSTRAP_ROOM)
+        return (room if room is not None else next(self._next_rank)) % self.dp_size
+
+    def _match_and_insert(self, ids: list[int], rank: int) -> int:
+        cache = self._caches.setdefault(rank, OrderedDict())
         best = 0
-        for cached in self._cache:
+        for cached in cache:
             n = 0
             for a, b in zip(cached, ids):
                 if a != b:
@@ -85,28 +110,35 @@ class FakeWorker:
                 n += 1
             best = max(best, n)
         key = tuple(ids)
-        self._cache[key] = True
-        self._cache.move_to_end(key)
-        while len(self._cache) > self.max_cache_entries:
-            self._cache.popitem(last=False)
+        cache[key] = True
+        cache.move_to_end(key)
+        while len(cache) > self.max_cache_entries:
+            cache.popitem(last=False)
         # Like SGLang: at least one token is always computed.
         return min(best, len(ids) - 1)
 
     # --- routes --------------------------------------------------------------------------------
     async def prefill_only(self, request: web.Request) -> web.Response:
         body = await request.json()
-        self.requests.append({**body, "_path": P.PREFILL_ONLY_PATH})
-        cached = await self._prefill(body[P.INPUT_IDS])
+        rank = self._rank(body)
+        self.requests.append({**body, "_path": P.PREFILL_ONLY_PATH, "_rank": rank})
+        if not body.get(P.INPUT_IDS):
+            return web.json_response(P.error_body("input_ids must be non-empty", 400), status=400)
+        rid = body.get(P.RID, "")
+        stop = self.active.setdefault(rid, asyncio.Event())
+        try:
+            if self.hang:
+                await stop.wait()
+                return web.json_response({})
+            cached = await self._prefill(body[P.INPUT_IDS], rank)
+        finally:
+            self.active.pop(rid, None)
         return web.json_response(
-            {
-                P.RID: body.get(P.RID),
-                P.PROMPT_TOKENS: len(body[P.INPUT_IDS]),
-                P.CACHED_TOKENS: cached,
-            }
+            {P.RID: rid, P.PROMPT_TOKENS: len(body[P.INPUT_IDS]), P.CACHED_TOKENS: cached}
         )
 
-    async def _prefill(self, ids: list[int]) -> int:
-        cached = self._match_and_insert(ids)
+    async def _prefill(self, ids: list[int], rank: int) -> int:
+        cached = self._match_and_insert(ids, rank)
         if self.prefill_s_per_token:
             await asyncio.sleep(self.prefill_s_per_token * (len(ids) - cached))
         return cached
@@ -120,7 +152,8 @@ class FakeWorker:
 
     async def generate(self, request: web.Request) -> web.StreamResponse:
         body = await request.json()
-        self.requests.append(body)
+        rank = self._rank(body) if self.role == "prefill" else 0
+        self.requests.append({**body, "_rank": rank} if self.role == "prefill" else body)
         rid = body.get(P.RID, "")
         if self.fail_rids_containing and self.fail_rids_containing in rid:
             return web.json_response(
@@ -138,7 +171,9 @@ class FakeWorker:
                 return web.json_response({})
             ids = body[P.INPUT_IDS]
             if self.role == "prefill":
-                cached = await self._prefill(ids)
+                if self.rooms is not None and body.get(P.BOOTSTRAP_HOST) != P.FAKE_BOOTSTRAP_HOST:
+                    self.rooms[body[P.BOOTSTRAP_ROOM]] = self.host
+                cached = await self._prefill(ids, rank)
                 meta = {
                     P.META_ID: rid,
                     P.PROMPT_TOKENS: len(ids),
@@ -157,8 +192,29 @@ class FakeWorker:
         finally:
             self.active.pop(rid, None)
 
+    async def _kv_source_error(self, body: dict) -> str | None:
+        """Why a decode request would get no KV from a prefill worker, or None."""
+        room = body[P.BOOTSTRAP_ROOM]
+        for _ in range(200):  # the prefill request may arrive a little later
+            if room in self.rooms:
+                break
+            await asyncio.sleep(0.01)
+        else:
+            return f"no prefill worker got a request with bootstrap room {room}"
+        if self.rooms[room] != body.get(P.BOOTSTRAP_HOST):
+            return (
+                f"bootstrap_host {body.get(P.BOOTSTRAP_HOST)} is not the host of the prefill "
+                f"worker with room {room} ({self.rooms[room]})"
+            )
+        return None
+
     async def _decode(self, request, body, ids, stop: asyncio.Event) -> web.StreamResponse:
+        checked = self.role == "decode" and self.rooms is not None
+        if checked and (error := await self._kv_source_error(body)) is not None:
+            return web.json_response(P.error_body(error, 400), status=400)
         n = body.get(P.SAMPLING_PARAMS, {}).get(P.MAX_NEW_TOKENS, P.DEFAULT_MAX_NEW_TOKENS)
+        rid = body.get(P.RID, "")
+        delay = next((d for k, d in self.delay_by_rid.items() if k in rid), self.token_delay_s)
         out = fake_output(ids, n)
         resp = web.StreamResponse(headers={"Content-Type": P.SSE_CONTENT_TYPE})
         await resp.prepare(request)
@@ -166,19 +222,24 @@ class FakeWorker:
         for i, t in enumerate(out):
             if stop.is_set():
                 break
-            if self.token_delay_s:
-                await asyncio.sleep(self.token_delay_s)
+            if delay:
+                await asyncio.sleep(delay)
             text += f" w{t}"
             last = i == len(out) - 1
             meta = {
-                P.META_ID: body.get(P.RID),
+                P.META_ID: rid,
                 P.PROMPT_TOKENS: len(ids),
                 P.CACHED_TOKENS: 0,
                 P.COMPLETION_TOKENS: i + 1,
                 P.OUTPUT_TOKEN_LOGPROBS: [[-0.01 * (i % 7), t, None]],
                 P.FINISH_REASON: {"type": P.FINISH_LENGTH, "length": n} if last else None,
             }
-            await resp.write(P.sse_event({P.TEXT: text, P.OUTPUT_IDS: [t], P.META_INFO: meta}))
+            if self.cumulative_ids:
+                event = {P.OUTPUT_IDS: out[: i + 1], P.META_INFO: meta}
+            else:
+                shown = text + "\ufffd" if self.half_characters and not last else text
+                event = {P.TEXT: shown, P.OUTPUT_IDS: [t], P.META_INFO: meta}
+            await resp.write(P.sse_event(event))
         await resp.write(P.sse_done())
         return resp
 
@@ -205,14 +266,19 @@ async def start_fake_cluster(
     n_decode: int = 1,
     timeouts: Timeouts | None = None,
     warmup_verb: str = "generate",
+    prefill_dp_size: int = 1,
     **worker_kw,
 ) -> FakeCluster:
+    rooms: dict[int, str] = {}
     prefills = [
-        await FakeWorker("prefill", **worker_kw.get("prefill", {})).start()
+        await FakeWorker(
+            "prefill", dp_size=prefill_dp_size, rooms=rooms, **worker_kw.get("prefill", {})
+        ).start()
         for _ in range(n_prefill)
     ]
     decodes = [
-        await FakeWorker("decode", **worker_kw.get("decode", {})).start() for _ in range(n_decode)
+        await FakeWorker("decode", rooms=rooms, **worker_kw.get("decode", {})).start()
+        for _ in range(n_decode)
     ]
     router = await FakeWorker("router", **worker_kw.get("router", {})).start()
     spec = ClusterSpec.model_validate(
@@ -224,6 +290,7 @@ async def start_fake_cluster(
                     "decode_urls": [d.url for d in decodes],
                     "bootstrap_ports": [None] * n_prefill,
                     "tokenizer_path": tokenizer_path,
+                    "prefill_dp_size": prefill_dp_size,
                 }
             },
             "timeouts": (

@@ -1,4 +1,4 @@
-"""The Agent Prompt Cache: growth, waits and release."""
+"""The Agent Prompt Cache: growth, waits, following an agent, and release."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from router.answer_cache import AnswerCache
+from router.answer_cache import AnswerCache, SessionReleased
 
 
 async def test_wait_for_returns_when_enough_tokens_arrive():
@@ -45,3 +45,52 @@ async def test_finish_order_and_release():
     assert (apc["b"].finish_seq, apc["a"].finish_seq) == (0, 1)
     apc.release()
     assert apc["b"].output_ids == [] and apc["b"].text == ""
+
+
+async def test_release_fails_waiters_instead_of_leaving_them_hanging():
+    apc = AnswerCache(["a"])
+    apc.append("a", [1], [0.0], "x")
+    waiter = asyncio.create_task(apc.wait_for("a", 10))
+    follower = asyncio.create_task(anext(aiter(apc.follow("a")), None))
+    await asyncio.sleep(0)
+    apc.release()
+    with pytest.raises(SessionReleased):
+        await asyncio.wait_for(waiter, 1)
+    assert await follower == ([1], [0.0], "x")  # what was there before the release
+    with pytest.raises(SessionReleased):
+        await asyncio.wait_for(apc.wait_change(apc.version), 1)
+
+
+async def test_wait_ended_rereads_the_set_and_returns_on_a_failure():
+    apc = AnswerCache(["a", "b", "c"])
+    wanted = {"a", "b"}
+    waiter = asyncio.create_task(apc.wait_ended(lambda: sorted(wanted), 1))
+    apc.finish("a")
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    wanted.discard("b")  # early exit dropped b
+    apc.touch()
+    await asyncio.wait_for(waiter, 1)
+    # A failed agent ends the wait at once, though the others still run.
+    await asyncio.wait_for(asyncio.create_task(_fail_soon(apc)), 1)
+
+
+async def _fail_soon(apc: AnswerCache) -> None:
+    asyncio.get_running_loop().call_soon(apc.fail, "b", "boom")
+    await apc.wait_ended(lambda: ["b", "c"])
+    assert apc["b"].error == "boom" and not apc["c"].ended
+
+
+async def test_follow_yields_new_tokens_until_the_agent_ends():
+    apc = AnswerCache(["a"])
+
+    async def feed():
+        for t in range(3):
+            await asyncio.sleep(0)
+            apc.append("a", [t], [-0.1 * t], f"t{t}")
+        apc.finish("a")
+
+    feeder = asyncio.create_task(feed())
+    got = [x async for x in apc.follow("a")]
+    await feeder
+    assert [i for ids, _, _ in got for i in ids] == [0, 1, 2] and got[-1][2] == "t2"

@@ -1,5 +1,5 @@
-"""The warm-up loop against a fake prefill worker: chunk policies, one warm-up in flight,
-re-warming after a dropped slot."""
+"""The warm-up loop against a fake prefill worker: chunk policies, one warm-up in flight, every
+warm-up a cache hit on the one before, an empty static prefix, warm-ups that fail or time out."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ import asyncio
 import pytest
 
 from router.answer_cache import AnswerCache
+from router.cluster import Timeouts
 from router.config import IncrementalPrefill
 from router.context import RouterContext
 from router.incremental import WarmupLoop, next_warmup
+from router.sglang_client import WorkerError
 from router.successor_prompt import SuccessorPrompt, token_source
-from router.template import build_pieces
+from router.template import PromptPieces, build_pieces
 from router.trace import AgentTrace
+from sglang_ext import protocol as P
 from tests.router_fixtures import smollm_tokenizer_path, start_fake_cluster  # noqa: F401
 from tests.test_router_template import AGG
 
@@ -31,22 +34,35 @@ def test_next_warmup_policies():
     assert next_warmup([1, 2, 9, 9], [1, 2, 3, 4, 5], fixed) == [1, 2, 3, 4, 5]
 
 
-async def run_loop(tok_path, policy, feed_delay_s, prefill_s_per_token=0.0):
+async def run_loop(
+    tok_path, policy, feed_delay_s, prefill_s_per_token=0.0, pieces=None, verb="generate"
+):
     cluster = await start_fake_cluster(
-        tok_path, prefill={"prefill_s_per_token": prefill_s_per_token}
+        tok_path, prefill={"prefill_s_per_token": prefill_s_per_token}, warmup_verb=verb
     )
     try:
         async with RouterContext.open(cluster.spec) as ctx:
             tok = ctx.tokenizer("smollm2")
             apc = AnswerCache(["a", "b", "c"])
-            pieces = build_pieces(tok, AGG, "q?")
+            pieces = pieces or build_pieces(tok, AGG, "q?")
             prompt = SuccessorPrompt(
                 "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
             )
             dep = ctx.deployments["smollm2"]
             target = dep.pick_prefill()
             trace = AgentTrace(model="smollm2", layer=2)
-            loop = WarmupLoop(prompt, apc, dep, target, policy, trace, "moa-warm-t-", 5.0)
+            cached: list[int] = []
+            loop = WarmupLoop(
+                prompt,
+                apc,
+                dep,
+                target,
+                policy,
+                trace,
+                "moa-warm-t-",
+                5.0,
+                lambda _n, meta: cached.append(meta[P.CACHED_TOKENS]),
+            )
 
             async def feed():
                 for agent in "abc":
@@ -58,7 +74,8 @@ async def run_loop(tok_path, policy, feed_delay_s, prefill_s_per_token=0.0):
             feeder = asyncio.create_task(feed())
             ids = await loop.run()
             await feeder
-            return ids, trace, cluster.prefills[0], len(pieces.head)
+            # `cached`: what each warm-up reported, in order.
+            return ids, trace, cluster.prefills[0], len(pieces.head), cached
     finally:
         await cluster.close()
 
@@ -66,14 +83,16 @@ async def run_loop(tok_path, policy, feed_delay_s, prefill_s_per_token=0.0):
 async def test_adaptive_warms_the_static_prefix_first_and_keeps_one_in_flight(
     smollm_tokenizer_path,  # noqa: F811
 ):
-    ids, trace, worker, head = await run_loop(
+    ids, trace, worker, head, cached = await run_loop(
         smollm_tokenizer_path, ADAPTIVE, 0.001, prefill_s_per_token=0.0005
     )
     lengths = trace.warmup_lengths
     assert lengths[0] == head
     assert lengths == sorted(lengths) and len(set(lengths)) == len(lengths)
     assert worker.max_concurrent == 1
-    # Every warm-up after the first found all it had warmed before in the cache.
+    # Every warm-up extends the one before by tokens, so it finds all of it in the cache.
+    assert len(lengths) >= 3
+    assert cached[1:] == lengths[:-1]
     warm = worker.warmups()
     assert [len(w["input_ids"]) for w in warm] == lengths
     assert all(w["bootstrap_host"] == "2.2.2.2" for w in warm)
@@ -83,8 +102,51 @@ async def test_adaptive_warms_the_static_prefix_first_and_keeps_one_in_flight(
 @pytest.mark.parametrize("chunk", [8, 32])
 async def test_fixed_chunks_carry_exactly_chunk_tokens(smollm_tokenizer_path, chunk):  # noqa: F811
     policy = IncrementalPrefill(chunk_policy="fixed", chunk_tokens=chunk)
-    ids, trace, _, head = await run_loop(smollm_tokenizer_path, policy, 0.0)
+    ids, trace, _, head, cached = await run_loop(smollm_tokenizer_path, policy, 0.0)
     steps = [b - a for a, b in zip(trace.warmup_lengths, trace.warmup_lengths[1:])]
     assert trace.warmup_lengths[0] == head
+    assert cached[1:] == trace.warmup_lengths[:-1]
     assert steps and all(s == chunk for s in steps)
     assert len(ids) - trace.warmup_lengths[-1] < chunk + 200  # only the tail remains
+
+
+async def test_an_empty_static_prefix_is_not_warmed(smollm_tokenizer_path):  # noqa: F811
+    # A template that starts with its slot (no system prompt, no chat template) has no head.
+    pieces = PromptPieces(head=[], betweens=[[11], [12]], tail=[13], slots=["a", "b", "c"])
+    ids, trace, worker, _, _ = await run_loop(
+        smollm_tokenizer_path, ADAPTIVE, 0.001, pieces=pieces, verb="prefill_only"
+    )
+    assert trace.warmups >= 1 and all(n > 0 for n in trace.warmup_lengths)
+    assert all(w[P.INPUT_IDS] for w in worker.warmups())
+    assert ids[:40] == [1000 + t for t in range(40)]
+
+
+@pytest.mark.parametrize("verb", ["generate", "prefill_only"])
+async def test_a_warmup_that_times_out_is_aborted(smollm_tokenizer_path, verb):  # noqa: F811
+    cluster = await start_fake_cluster(
+        smollm_tokenizer_path,
+        timeouts=Timeouts(warmup_s=0.2),
+        warmup_verb=verb,
+        prefill={"hang": True},
+    )
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            tok = ctx.tokenizer("smollm2")
+            apc = AnswerCache(["a", "b", "c"])
+            pieces = build_pieces(tok, AGG, "q?")
+            prompt = SuccessorPrompt(
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
+            )
+            dep = ctx.deployments["smollm2"]
+            trace = AgentTrace(model="smollm2", layer=2)
+            loop = WarmupLoop(
+                prompt, apc, dep, dep.pick_prefill(), ADAPTIVE, trace, "moa-warm-t-", 5.0
+            )
+            with pytest.raises(WorkerError, match=r"warm-up request to .* no reply within 0.2s"):
+                await asyncio.wait_for(loop.run(), 5)
+        prefill = cluster.prefills[0]
+        await asyncio.sleep(0.05)
+        # The worker was told to drop the warm-up it was still holding.
+        assert prefill.aborted == ["moa-warm-t-0"] and not prefill.active
+    finally:
+        await cluster.close()

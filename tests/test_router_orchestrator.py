@@ -1,5 +1,6 @@
-"""Running question graphs on fake PD workers: the blocking/pipelined invariant, stickiness,
-failures named by precursor, timeouts, aborts, memory over many questions."""
+"""Running question graphs on fake PD workers: the blocking/pipelined invariant, dynamic slot
+order, stickiness to a prefill worker and DP rank, cumulative streams, trace fields, failures
+named by precursor or hook, timeouts, aborts, memory over many questions."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import pytest
 from router.cluster import Timeouts
 from router.context import ConfigNotServed, RouterContext
 from router.orchestrator import AgentFailed, Session
+from router.template import clean_output
+from sglang_ext import protocol as P
 from tests.router_fixtures import (  # noqa: F401
     smollm_tokenizer_path,
     start_fake_cluster,
@@ -49,8 +52,150 @@ async def test_pipelined_and_blocking_give_identical_tokens(
                 assert all(t["warmups"] == 0 for t in blocked.trace.values())
                 # The final request found everything warmed in the prefill worker's cache.
                 assert all(t["cached_tokens"] >= t["warmup_lengths"][-1] for t in succ)
+        # Each final request reached the prefill worker and a decode worker with one room; the
+        # decode worker (the fake checks it) was told the prefill worker's host.
+        finals = {r[P.RID]: r for r in cluster.prefills[0].finals()}
+        decoded = {r[P.RID]: r for r in cluster.decodes[0].requests}
+        assert finals and set(finals) == set(decoded)
+        for rid, r in finals.items():
+            assert r[P.BOOTSTRAP_ROOM] == decoded[rid][P.BOOTSTRAP_ROOM] is not None
+            assert decoded[rid][P.BOOTSTRAP_HOST] == cluster.prefills[0].host
+    finally:
+        await cluster.close()
+
+
+async def test_dynamic_order_follows_the_precursors_speed(smollm_tokenizer_path):  # noqa: F811
+    # leaf_0_2 finishes first, leaf_0_0 last: the reverse of the template's order.
+    delays = {"leaf_0_0": 0.03, "leaf_0_1": 0.015}
+    cluster = await start_fake_cluster(
+        smollm_tokenizer_path,
+        decode={"token_delay_s": 0.001},
+        router={"token_delay_s": 0.001, "delay_by_rid": delays},
+    )
+    cfg = tree_config(max_new_tokens=8, slot_order="dynamic")
+    order = ["leaf_0_2", "leaf_0_1", "leaf_0_0"]
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            piped = await run(ctx, cfg, "pipelined")
+            blocked = await run(ctx, cfg, "blocking")
+            eot = ctx.tokenizer("smollm2").eot_ids
+        for result in (piped, blocked):
+            assert result.trace["final"]["slot_order"] == order
+        assert piped.trace["final"]["output_ids"] == blocked.trace["final"]["output_ids"]
+        # The final prompt lists the candidates in that order.
+        prompt = next(r for r in cluster.prefills[0].finals() if "-final-" in r[P.RID])
+        ids = prompt[P.INPUT_IDS]
+        starts = [_find(ids, clean_output(piped.trace[a]["output_ids"], eot)) for a in order]
+        assert -1 not in starts and starts == sorted(starts)
+    finally:
+        await cluster.close()
+
+
+def _find(haystack: list[int], needle: list[int]) -> int:
+    return next((i for i in range(len(haystack)) if haystack[i : i + len(needle)] == needle), -1)
+
+
+async def test_cached_tokens_are_the_prefill_workers_or_none(smollm_tokenizer_path):  # noqa: F811
+    cluster = await start_fake_cluster(smollm_tokenizer_path, **FAST)
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            result = await run(ctx, tree_config(), "pipelined")
+        final = result.trace["final"]
+        # The fake decode worker reports 0 cached tokens; the prefill worker found the warm-ups.
+        assert final["cached_tokens"] >= final["warmup_lengths"][-1] > 0
+        assert final["prompt_tokens"] > final["cached_tokens"]
+        # Through the native sglang-router no prefill reply is visible: no number, not decode's.
+        for leaf in ("leaf_0_0", "leaf_0_1", "leaf_0_2"):
+            t = result.trace[leaf]
+            assert t["cached_tokens"] is None and t["prompt_tokens"] > 0
+    finally:
+        await cluster.close()
+
+
+@pytest.mark.parametrize("verb", ["generate", "prefill_only"])
+async def test_warmups_and_final_request_share_a_dp_rank(smollm_tokenizer_path, verb):  # noqa: F811
+    cluster = await start_fake_cluster(
+        smollm_tokenizer_path, prefill_dp_size=2, warmup_verb=verb, **FAST
+    )
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            result = await run(ctx, tree_config("tree_9_3_1_cpu", max_new_tokens=10), "pipelined")
+        ranks = set()
+        for agent in ("agg_0", "agg_1", "agg_2", "final"):
+            mine = [r for r in cluster.prefills[0].requests if f"-{agent}-" in r[P.RID]]
+            t = result.trace[agent]
+            assert len(mine) == t["warmups"] + 1 >= 2
+            assert len({r["_rank"] for r in mine}) == 1, agent  # one rank, one radix cache
+            assert t["cached_tokens"] >= t["warmup_lengths"][-1]
+            ranks.add(mine[0]["_rank"])
+        assert ranks == {0, 1}  # four successors spread over both ranks
+    finally:
+        await cluster.close()
+
+
+async def test_cumulative_streams_without_text(smollm_tokenizer_path):  # noqa: F811
+    # Real SGLang with --skip-tokenizer-init: every id so far in each chunk, no text.
+    cumulative = {"decode": {"cumulative_ids": True}, "router": {"cumulative_ids": True}}
+    plain = await start_fake_cluster(smollm_tokenizer_path)
+    cum = await start_fake_cluster(smollm_tokenizer_path, **cumulative)
+    cfg = tree_config(max_new_tokens=10)
+    try:
+        async with RouterContext.open(plain.spec) as ctx:
+            expected = await run(ctx, cfg, "pipelined")
+        async with RouterContext.open(cum.spec) as ctx:
+            tok = ctx.tokenizer("smollm2").tok
+            for mode in ("pipelined", "blocking"):
+                result = await run(ctx, cfg, mode)
+                for agent, t in result.trace.items():
+                    assert t["output_ids"] == expected.trace[agent]["output_ids"], agent
+                    assert len(t["output_ids"]) == 10
+                    assert t["text"] == tok.decode(t["output_ids"], skip_special_tokens=True)
+                assert result.answer == result.trace["final"]["text"] != ""
+    finally:
+        await plain.close()
+        await cum.close()
+
+
+async def test_rids_differ_across_sessions_with_one_id(smollm_tokenizer_path):  # noqa: F811
+    cluster = await start_fake_cluster(smollm_tokenizer_path, **FAST)
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            for _ in range(2):
+                await run(ctx, tree_config(), "pipelined", session_id="same-id")
+        rids = [r[P.RID] for w in cluster.workers() for r in w.requests]
+        warm = [r for r in rids if r.startswith(P.WARMUP_RID_PREFIX)]
+        assert warm and len(set(warm)) == len(warm)  # warm-up rids have no random part
         finals = [r for r in cluster.prefills[0].finals()]
-        assert finals and all(r["bootstrap_room"] is not None for r in finals)
+        assert len({r[P.RID] for r in finals}) == len(finals) == 2
+    finally:
+        await cluster.close()
+
+
+async def test_a_failing_early_exit_hook_fails_the_session(smollm_tokenizer_path):  # noqa: F811
+    slow = {"decode": {"token_delay_s": 0.01}, "router": {"token_delay_s": 0.01}}
+    slow["router"]["delay_by_rid"] = {"leaf_0_0": 0.001}
+    cluster = await start_fake_cluster(smollm_tokenizer_path, **slow)
+
+    async def hook(session, successor, agent):
+        raise RuntimeError("boom")
+
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            session = Session(
+                ctx, tree_config(max_new_tokens=30), "q", "pipelined", on_completion=hook
+            )
+            with pytest.raises(AgentFailed) as e:
+                await asyncio.wait_for(session.run_all(), 10)
+        msg = str(e.value)
+        assert "early exit failed after agent 'leaf_0_0' completed" in msg and "boom" in msg
+        # The other agents were stopped (the final one may fail first, on its killed
+        # precursors), and their requests aborted.
+        trace = session.trace()
+        assert trace["leaf_0_1"]["killed"] and trace["leaf_0_2"]["killed"]
+        assert trace["final"]["killed"] or "aborted" in trace["final"]["error"]
+        await asyncio.sleep(0.05)
+        for w in cluster.workers():
+            assert not w.active, w.role
     finally:
         await cluster.close()
 

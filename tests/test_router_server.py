@@ -1,5 +1,5 @@
 """The shell router's HTTP API on fake PD workers: whole graph, per-agent fan-out, OpenAI chat,
-health, metrics, bad input, client disconnects."""
+health, metric values, bad input, client disconnects, session expiry."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ import asyncio
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
 
+from router.api_request import CTX as CTX_KEY
+from router.cluster import Timeouts
 from router.server import make_app
 from sglang_ext import protocol as P
 from tests.router_fixtures import smollm_tokenizer_path, start_fake_cluster, tree_config  # noqa: F401
@@ -96,55 +99,151 @@ async def test_per_agent_fan_out_meets_in_one_session(api):
     assert health["sessions"] == 0  # released once every agent ended
 
 
-async def test_chat_completions_streams_the_final_answer(api):
-    client, _, cfg = api
-    msgs = [{"role": "user", "content": "What is 2+3?"}]
-    r = await client.post("/v1/chat/completions", json={"model": cfg.name, "messages": msgs})
-    body = await r.json()
-    answer = body["choices"][0]["message"]["content"]
-    assert r.status == 200 and answer
-    r = await client.post(
-        "/v1/chat/completions", json={"model": cfg.name, "messages": msgs, "stream": True}
-    )
-    events = await sse(r)
-    text = "".join(e["choices"][0]["delta"].get("content", "") for e in events)
-    assert text == answer and events[-1]["choices"][0]["finish_reason"] == "stop"
+async def test_chat_completions_streams_the_final_answer(smollm_tokenizer_path):  # noqa: F811
+    # Every streamed text but the last ends in half a character (U+FFFD): never sent.
+    workers = {"decode": {"half_characters": True}, "router": {"token_delay_s": 0.002}}
+    async with _served(smollm_tokenizer_path, tree_config(max_new_tokens=6), **workers) as (
+        client,
+        _,
+        cfg,
+    ):
+        msgs = [{"role": "user", "content": "What is 2+3?"}]
+        r = await client.post("/v1/chat/completions", json={"model": cfg.name, "messages": msgs})
+        body = await r.json()
+        answer = body["choices"][0]["message"]["content"]
+        assert r.status == 200 and answer and "\ufffd" not in answer
+        # finish_reason is the final agent's own: the fake stops at max_new_tokens.
+        assert body["choices"][0]["finish_reason"] == "length"
+        assert body["usage"]["completion_tokens"] == 6
+        r = await client.post(
+            "/v1/chat/completions", json={"model": cfg.name, "messages": msgs, "stream": True}
+        )
+        events = await sse(r)
+        deltas = [e["choices"][0]["delta"].get("content", "") for e in events]
+        assert not any("\ufffd" in d for d in deltas) and len([d for d in deltas if d]) > 1
+        assert "".join(deltas) == answer and events[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def _samples(text: str) -> dict[tuple[str, tuple], float]:
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
 
 
 async def test_health_and_metrics(api):
     client, _, cfg = api
-    await client.post("/v1/moa/run", json={"question": "q", "config": cfg.name})
+    r = await client.post("/v1/moa/run", json={"question": "q", "config": cfg.name})
+    trace = (await r.json())["trace"]
     assert (await (await client.get("/health")).json())["status"] == "ok"
-    text = await (await client.get("/metrics")).text()
-    for name in (
-        "moa_requests_total",
-        "moa_warmups_total",
-        "moa_cached_token_ratio",
-        "moa_layer_latency_seconds",
-    ):
-        assert name in text
+    m = _samples(await (await client.get("/metrics")).text())
+    assert m[("moa_requests_total", (("endpoint", "/v1/moa/run"), ("status", "200")))] == 1
+    assert m[("moa_warmups_total", (("model", "smollm2"),))] >= 1
+    assert m[("moa_agents_total", (("model", "smollm2"), ("outcome", "ok")))] == 4
+    ratio = (("mode", "pipelined"), ("model", "smollm2"))
+    assert m[("moa_cached_token_ratio_count", ratio)] == 1  # the one successor's final request
+    assert 0.5 < m[("moa_cached_token_ratio_sum", ratio)] <= 1
+    # One observation per layer: its first agent's start to its last agent's end.
+    for layer, agents in (("1", ["leaf_0_0", "leaf_0_1", "leaf_0_2"]), ("2", ["final"])):
+        key = (("layer", layer), ("mode", "pipelined"))
+        assert m[("moa_layer_latency_seconds_count", key)] == 1
+        span = max(trace[a]["end_s"] for a in agents) - min(trace[a]["start_s"] for a in agents)
+        assert m[("moa_layer_latency_seconds_sum", key)] == pytest.approx(span)
 
 
-async def test_client_disconnect_aborts_the_agent(smollm_tokenizer_path):  # noqa: F811
-    slow = {"decode": {"token_delay_s": 0.05}, "router": {"token_delay_s": 0.05}}
-    cluster = await start_fake_cluster(smollm_tokenizer_path, **slow)
+class _served:
+    """A router app over a fresh fake cluster: `async with _served(...) as (client, cluster,
+    cfg)`."""
+
+    def __init__(self, tok_path: str, cfg, timeouts: Timeouts | None = None, **workers) -> None:
+        self._args = tok_path, cfg, timeouts, workers
+
+    async def __aenter__(self):
+        tok_path, cfg, timeouts, workers = self._args
+        self.cluster = await start_fake_cluster(tok_path, timeouts=timeouts, **workers)
+        app = make_app(self.cluster.spec, {cfg.name: cfg})
+        # As `python -m router` serves it: a client that goes away cancels its handler.
+        self.client = TestClient(TestServer(app, handler_cancellation=True))
+        await self.client.start_server()
+        return self.client, self.cluster, cfg
+
+    async def __aexit__(self, *exc) -> None:
+        await self.client.close()
+        await self.cluster.close()
+
+
+async def _until(condition, seconds: float = 3.0) -> None:
+    for _ in range(int(seconds / 0.02)):
+        if condition():
+            return
+        await asyncio.sleep(0.02)
+
+
+SLOW = {"decode": {"token_delay_s": 0.05}, "router": {"token_delay_s": 0.05}}
+AGENT = {"session_id": "s2", "question": "q", "agent": "leaf_0_0"}
+
+
+async def test_a_disconnected_agent_nobody_needs_is_aborted(smollm_tokenizer_path):  # noqa: F811
+    # The final agent: no successor reads it, so its client's disconnect cancels it at once.
     cfg = tree_config(max_new_tokens=500)
-    client = TestClient(TestServer(make_app(cluster.spec, {cfg.name: cfg})))
-    await client.start_server()
-    try:
-        r = await client.post(
-            "/v1/moa/agent",
-            json={"session_id": "s2", "config": cfg.name, "question": "q", "agent": "leaf_0_0"},
-        )
-        await r.content.readline()  # the first token arrived
-        assert cluster.router.active
+    async with _served(smollm_tokenizer_path, cfg, **SLOW) as (client, cluster, _):
+        body = {**AGENT, "config": cfg.name}
+        leaves = [
+            await client.post("/v1/moa/agent", json={**body, "agent": a})
+            for a in ("leaf_0_0", "leaf_0_1", "leaf_0_2")
+        ]
+        r = await client.post("/v1/moa/agent", json={**body, "agent": "final"})
+        await _until(lambda: cluster.prefills[0].warmups())
         r.close()
-        for _ in range(50):
-            await asyncio.sleep(0.05)
-            if not cluster.router.active and cluster.decodes[0].aborted:
-                break
+        registry = client.app[CTX_KEY].metrics.registry
+
+        def killed() -> float | None:
+            labels = {"model": "smollm2", "outcome": "killed"}
+            return registry.get_sample_value("moa_agents_total", labels)
+
+        await _until(lambda: killed() == 1)
+        assert killed() == 1 and len(cluster.router.active) == 3  # the leaves run on
+        for leaf in leaves:
+            leaf.close()
+        await _until(lambda: not cluster.router.active)
+        assert not cluster.router.active and not cluster.prefills[0].active
+        assert {r[P.RID] for r in cluster.router.requests} <= set(cluster.decodes[0].aborted)
+
+
+async def test_a_disconnected_precursor_feeds_its_successor(smollm_tokenizer_path):  # noqa: F811
+    cfg = tree_config(max_new_tokens=20)
+    workers = {"decode": {"token_delay_s": 0.005}, "router": {"token_delay_s": 0.01}}
+    async with _served(smollm_tokenizer_path, cfg, **workers) as (client, cluster, _):
+        body = {**AGENT, "config": cfg.name}
+        resps = {
+            a: await client.post("/v1/moa/agent", json={**body, "agent": a})
+            for a in ("final", "leaf_0_0", "leaf_0_1", "leaf_0_2")
+        }
+        await resps["leaf_0_0"].content.readline()  # its first token arrived
+        resps["leaf_0_0"].close()
+        final = await sse(resps["final"])
+        assert "error" not in final[-2] and final[-1]["done"]
+        assert final[-1]["trace"]["slot_order"] == ["leaf_0_0", "leaf_0_1", "leaf_0_2"]
+        for a in ("leaf_0_1", "leaf_0_2"):
+            await sse(resps[a])
+        assert not any("leaf_0_0" in rid for rid in cluster.router.aborted)
+        await _until(lambda: not cluster.router.active)
+        health = await (await client.get("/health")).json()
+        assert health["sessions"] == 0
+
+
+async def test_an_agent_without_its_successor_ends_with_the_session(smollm_tokenizer_path):  # noqa: F811
+    # leaf_0_0's successor never comes: the session's linger timeout ends it.
+    cfg = tree_config(max_new_tokens=500)
+    linger = Timeouts(read_s=10, warmup_s=10, precursor_wait_s=20, session_linger_s=0.2)
+    async with _served(smollm_tokenizer_path, cfg, linger, **SLOW) as (client, cluster, _):
+        r = await client.post("/v1/moa/agent", json={**AGENT, "config": cfg.name})
+        await r.content.readline()  # the first token arrived
+        r.close()
+        await asyncio.sleep(0.1)
+        assert cluster.router.active  # its successor may still come
+        await _until(lambda: not cluster.router.active)
         assert not cluster.router.active
         assert any("leaf_0_0" in rid for rid in cluster.decodes[0].aborted)
-    finally:
-        await client.close()
-        await cluster.close()
+        assert (await (await client.get("/health")).json())["sessions"] == 0

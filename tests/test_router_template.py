@@ -166,3 +166,10 @@ def test_text_splicer_holds_back_an_unstable_tail(tok):
         assert final[: len(ids)] == ids
     assert len(committed) == len(final) - 4
     assert splicer.ids(text, done=True) == final
+
+
+def test_a_question_quoting_slot_syntax_stays_text(tok):
+    question = "What does <|answer:a|> mean in <|answer:zz|>?"
+    pieces = build_pieces(tok, AGG, question)
+    assert pieces.slots == ["a", "b", "c"] and len(pieces.betweens) == 2
+    assert question in tok.tok.decode(pieces.head)
