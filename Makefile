@@ -29,8 +29,7 @@ $(STAMP): pyproject.toml constraints.txt
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(VENV)/bin/moa-pd validate cfgs/*.json
-	for c in cfgs/*.json; do $(VENV)/bin/moa-pd show $$c; echo; done
+	$(VENV)/bin/moa-pd demo
 
 test: $(STAMP)
 	$(PY) -m pytest -q
