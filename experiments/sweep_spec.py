@@ -3,7 +3,6 @@ path, and the chunk-policy override written into a copy of a topology config."""
 
 from __future__ import annotations
 
-import difflib
 import json
 import re
 from pathlib import Path
@@ -11,7 +10,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from router.config_loader import ConfigError, config_from_dict, resolve_config_path
+from router.config_loader import (
+    ConfigError,
+    config_from_dict,
+    first_error,
+    parse_json,
+    resolve_config_path,
+)
 
 
 class SweepSpec(BaseModel):
@@ -75,13 +80,10 @@ def parse_chunk_policy(text: str) -> tuple[str, int | None] | None:
 def load_spec(path: str | Path) -> SweepSpec:
     source = str(path)
     try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+        text = Path(path).read_text(encoding="utf-8")
     except OSError as e:
         raise ConfigError(source, "", f"cannot read the sweep spec: {e.strerror}") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(source, "", f"invalid JSON at line {e.lineno}, column {e.colno}: "
-                          f"{e.msg}") from None
-    return spec_from_dict(raw, source)
+    return spec_from_dict(parse_json(text, source), source)
 
 
 def spec_from_dict(raw: object, source: str = "<sweep spec>") -> SweepSpec:
@@ -90,19 +92,7 @@ def spec_from_dict(raw: object, source: str = "<sweep spec>") -> SweepSpec:
     try:
         return SweepSpec.model_validate(raw)
     except ValidationError as e:
-        first = e.errors()[0]
-        loc = list(first["loc"])
-        path = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc).lstrip(".")
-        if first["type"] == "extra_forbidden":
-            hint = difflib.get_close_matches(str(loc[-1]), list(SweepSpec.model_fields), n=1)
-            msg = f"unknown key '{loc[-1]}'" + (
-                f"; did you mean '{hint[0]}'?" if hint
-                else f"; allowed keys: {', '.join(SweepSpec.model_fields)}")
-        elif first["type"] == "missing":
-            msg = f"required key '{loc[-1]}' is missing; add it"
-        else:
-            msg = first["msg"].removeprefix("Value error, ")
-        raise ConfigError(source, path or "$", msg) from None
+        raise first_error(e, SweepSpec, source) from None
 
 
 def config_with_chunk_policy(config: str, policy: str, out_dir: Path) -> str:

@@ -55,13 +55,16 @@ def load_config(name_or_path: str | Path) -> TopologyConfig:
 
 
 def parse_config(text: str, source: str = "<config>") -> TopologyConfig:
+    return config_from_dict(parse_json(text, source), source)
+
+
+def parse_json(text: str, source: str) -> object:
     try:
-        raw = json.loads(text)
+        return json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(
             source, "", f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}"
         ) from None
-    return config_from_dict(raw, source)
 
 
 def config_from_dict(raw: object, source: str = "<config>") -> TopologyConfig:
@@ -70,10 +73,12 @@ def config_from_dict(raw: object, source: str = "<config>") -> TopologyConfig:
     try:
         return TopologyConfig.model_validate(raw)
     except ValidationError as e:
-        raise _first_error(e, raw, source) from None
+        raise first_error(e, TopologyConfig, source) from None
 
 
-def _first_error(err: ValidationError, raw: dict, source: str) -> ConfigError:
+def first_error(err: ValidationError, schema: type[BaseModel], source: str) -> ConfigError:
+    """pydantic's first error as one ConfigError line (any of our JSON schemas: topology
+    configs, sweep specs)."""
     first = err.errors()[0]
     loc = list(first["loc"])
     ctx = first.get("ctx") or {}
@@ -81,9 +86,9 @@ def _first_error(err: ValidationError, raw: dict, source: str) -> ConfigError:
     if isinstance(ctx.get("error"), GraphError):
         graph_error: GraphError = ctx["error"]
         return ConfigError(source, graph_error.path, graph_error.message)
-    path = _json_path(loc, raw)
+    path = _json_path(loc)
     if first["type"] == "extra_forbidden":
-        return ConfigError(source, path, _unknown_key_message(loc, raw))
+        return ConfigError(source, path, _unknown_key_message(loc, schema))
     if first["type"] == "missing":
         return ConfigError(source, path, f"required key '{loc[-1]}' is missing; add it")
     value = first.get("input")
@@ -92,7 +97,7 @@ def _first_error(err: ValidationError, raw: dict, source: str) -> ConfigError:
     return ConfigError(source, path, msg + (f" (got {shown})" if shown is not None else ""))
 
 
-def _json_path(loc: list, raw: dict) -> str:
+def _json_path(loc: list) -> str:
     """pydantic's loc as a JSON path: agents[3].sampling.max_new_tokens."""
     out = ""
     for part in loc:
@@ -100,18 +105,18 @@ def _json_path(loc: list, raw: dict) -> str:
     return out or "$"
 
 
-def _unknown_key_message(loc: list, raw: dict) -> str:
+def _unknown_key_message(loc: list, schema: type[BaseModel]) -> str:
     key = str(loc[-1])
-    allowed = _allowed_keys(loc[:-1], raw)
+    allowed = _allowed_keys(loc[:-1], schema)
     hint = difflib.get_close_matches(key, allowed, n=1, cutoff=0.5)
     if hint:
         return f"unknown key '{key}'; did you mean '{hint[0]}'?"
     return f"unknown key '{key}'; allowed keys here: {', '.join(sorted(allowed))}"
 
 
-def _allowed_keys(parent_loc: list, raw: dict) -> list[str]:
+def _allowed_keys(parent_loc: list, schema: type[BaseModel]) -> list[str]:
     """Field names of the model found at parent_loc (walking the schema, not the data)."""
-    model: type[BaseModel] | None = TopologyConfig
+    model: type[BaseModel] | None = schema
     for part in parent_loc:
         if model is None:
             return []
