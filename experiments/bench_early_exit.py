@@ -11,15 +11,15 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
 
 import numpy as np
 
+from experiments.datasets import data_dir
 from router.config import EarlyExit
 from router.early_exit import AgentResult, SimilarityCache, decide
 from router.embedder import Embedder
 
-DATA = Path("/work/shared/data")
+DATA = data_dir()  # the vendored splits
 
 
 def realistic_outputs(embedder: Embedder, n_agents: int, n_tokens: int, question: int) -> list[str]:
