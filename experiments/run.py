@@ -143,12 +143,24 @@ async def run_async(spec: RunSpec, cluster: dict) -> None:
     stats: dict = {}
     async with RouterClient(cluster["shell_router_url"]) as client:
         with tqdm(total=total, desc="questions x settings", unit="run") as bar:
-            for setting in spec.settings:
-                if not todo[setting.number]:
-                    continue
+            for setting, batch in _schedule(spec, questions, todo):
                 await _flush_worker_caches(client, cluster)
-                await _run_setting(client, spec, setting, todo[setting.number], writer, bar,
-                                   stats)
+                await _run_setting(client, spec, setting, batch, writer, bar, stats)
+
+
+def _schedule(spec: RunSpec, questions: list[Question],
+              todo: dict[int, list[Question]]) -> list[tuple[Setting, list[Question]]]:
+    """The order of (setting, questions) batches, each run on cold caches.
+
+    One question at a time: settings interleave per question (q1: #1 #2 #3 #4, q2: ...), so a
+    drift in machine speed hits every setting alike and the latency ratios are paired. With
+    --concurrency > 1 a flush would disturb the questions in flight, so each setting runs as one
+    block instead.
+    """
+    if spec.concurrency > 1:
+        return [(s, todo[s.number]) for s in spec.settings if todo[s.number]]
+    pending = {s.number: {q.id for q in todo[s.number]} for s in spec.settings}
+    return [(s, [q]) for q in questions for s in spec.settings if q.id in pending[s.number]]
 
 
 def run_experiment(spec: RunSpec) -> list[Path]:

@@ -71,7 +71,8 @@ async def test_rows_per_sample_and_setting_then_resume(tmp_path):
         assert {(c["config"], c["mode"]) for c in runs} == {
             ("all_to_all_9_9_1_cpu", "blocking"), ("tree_3_1_cpu", "blocking"),
             ("tree_3_1_cpu", "pipelined")}
-        assert sum("flush" in c for c in calls) == 3  # a cold cache before every setting
+        # concurrency 2: one block per setting, each on a cold cache
+        assert sum("flush" in c for c in calls) == 3
 
         calls.clear()
         await run_async(spec_for(tmp_path, "1,2,3,4", resume=True), cluster)
@@ -114,3 +115,19 @@ def test_cli_run_bad_settings_exit_2(tmp_path):
     assert main(["run", "--config", "tree_3_1_cpu", "--dataset", "gsm8k", "--settings", "x",
                  "--out", str(tmp_path)]) == 2
     assert not (tmp_path / "results.jsonl").exists()
+
+
+async def test_one_at_a_time_interleaves_settings_per_question(tmp_path):
+    calls: list[dict] = []
+    runner, url = await start(fake_router(calls))
+    cluster = {"shell_router_url": url, "models": {"m": {"prefill_urls": [url],
+                                                         "decode_urls": []}}}
+    spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 2, parse_settings("2,3"), 1, tmp_path)
+    try:
+        await run_async(spec, cluster)
+    finally:
+        await runner.cleanup()
+    order = [(c["question_id"], c["mode"]) if "mode" in c else "flush" for c in calls]
+    q0, q1 = questions[0].id, questions[1].id
+    assert order == ["flush", (q0, "blocking"), "flush", (q0, "pipelined"),
+                     "flush", (q1, "blocking"), "flush", (q1, "pipelined")]
