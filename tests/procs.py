@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,13 +16,9 @@ from pathlib import Path
 
 import requests
 
+from launch.procs import free_port, stop_group
+
 REPO = Path(__file__).resolve().parent.parent
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @dataclass
@@ -173,16 +168,8 @@ def wait_healthy(procs: list[Proc], timeout: float = 120.0, path: str = "/health
 
 
 def stop(proc: Proc, timeout: float = 10.0) -> None:
-    if proc.popen.poll() is not None:
-        return
-    try:
-        os.killpg(proc.popen.pid, signal.SIGTERM)
-        proc.popen.wait(timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.popen.pid, signal.SIGKILL)
-        proc.popen.wait(5)
-    except ProcessLookupError:
-        pass
+    if proc.popen.poll() is None:
+        stop_group(proc.popen.pid, grace_s=timeout)
 
 
 def wait_router_ready(router: Proc, timeout: float = 60.0) -> None:
