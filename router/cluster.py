@@ -72,6 +72,9 @@ class ClusterSpec(_Tolerant):
     # How warm-ups reach a prefill worker: SGLang's own /generate with the fake bootstrap host
     # (works on unpatched SGLang <= 0.5.10), or our /prefill_only verb.
     warmup_verb: Literal["generate", "prefill_only"] = "generate"
+    # The workers were started with --enable-priority-scheduling: the router then sends SGLang's
+    # `priority` field (critical above warm-ups) as a second line behind its own PrefillGate.
+    priority_scheduling: bool = False
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:

@@ -96,9 +96,15 @@ class EarlyExit(_Strict):
 
 class IncrementalPrefill(_Strict):
     enabled: bool = True
-    # adaptive: at most one warm-up in flight; the next carries all that arrived meanwhile.
+    # adaptive: at most one warm-up in flight; the next carries all that arrived meanwhile, once
+    # at least `min_chunk_tokens` new tokens are ready. fixed: exactly `chunk_tokens` at a time.
     chunk_policy: Literal["adaptive", "fixed"] = "adaptive"
     chunk_tokens: int = Field(default=32, gt=0)
+    # A warm-up costs a request's fixed overhead (HTTP, scheduling, one forward launch) and
+    # holds the prefill worker for a forward that a critical request may then wait behind; below
+    # this many new tokens that cost buys too little. It also bounds the un-warmed tail the final
+    # request pays for, so it trades warm-ups per successor against exposed prefill.
+    min_chunk_tokens: int = Field(default=64, gt=0)
 
 
 class AggregatorBypass(_Strict):

@@ -16,6 +16,7 @@ from router.metrics import RouterMetrics
 from router.pd import Deployment
 from router.sglang_client import SGLangClient
 from router.tokenizers import LoadedTokenizer, TokenizerStore
+from sglang_ext import protocol as P
 
 
 class ConfigNotServed(ValueError):
@@ -42,6 +43,7 @@ class RouterContext:
                 cluster.timeouts,
                 cluster.warmup_verb,
                 random.Random(rng.random()),
+                (P.PRIORITY_CRITICAL, P.PRIORITY_WARMUP) if cluster.priority_scheduling else None,
             )
             for name, spec in cluster.models.items()
         }

@@ -1,6 +1,7 @@
-"""One successor's warm-up loop (pipelined mode): warm the static prefix at once, then keep at most
-one prefill-only request in flight and extend the warmed prefix as precursor tokens arrive, until
-every slot is complete. Called by the orchestrator; returns the final prompt's token ids."""
+"""One successor's warm-up loop (pipelined mode): warm the static prefix, then extend the warmed
+prefix as precursor tokens arrive, one prefill-only request at a time and only through the target
+worker's PrefillGate, until every slot is complete. Called by the agent runner; returns the final
+prompt's token ids."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from router.answer_cache import AnswerCache
 from router.config import IncrementalPrefill
 from router.pd import Deployment, PrefillTarget
 from router.successor_prompt import SuccessorPrompt
-from router.trace import AgentTrace
+from router.trace import AgentTrace, Clock
 from sglang_ext import protocol as P
 
 log = logging.getLogger(__name__)
@@ -40,14 +41,22 @@ def next_warmup(
     if new <= 0:
         return None
     if policy.chunk_policy == "adaptive":
-        return ready  # self-clocking: all that arrived while the last warm-up ran
+        # Self-clocking: all that arrived while the last warm-up ran, once it is worth a step.
+        return ready if new >= policy.min_chunk_tokens else None
     if new < policy.chunk_tokens:
         return None
     return ready[: valid + policy.chunk_tokens]
 
 
 class WarmupLoop:
-    """Warm-ups of one successor on its pinned prefill target; `run` returns the final prompt."""
+    """Warm-ups of one successor on its pinned prefill target; `run` returns the final prompt.
+
+    Every warm-up passes the target worker's PrefillGate first: it waits while a critical prefill
+    is outstanding there, and what it carries is decided only once the gate let it through, so a
+    warm-up that waited carries everything that arrived meanwhile, and one whose prompt completed
+    meanwhile is never sent (the final request supersedes it). The static prefix goes first, as
+    soon as the gate opens (so never before the leaves' own prompts were prefilled).
+    """
 
     def __init__(
         self,
@@ -57,50 +66,73 @@ class WarmupLoop:
         target: PrefillTarget,
         policy: IncrementalPrefill,
         trace: AgentTrace,
+        clock: Clock,
         rid_prefix: str,
         precursor_wait_s: float,
         on_warmup: Callable[[int, dict], None] | None = None,
     ) -> None:
         """`on_warmup(n_tokens, meta_info)` is called after each warm-up returned (metrics)."""
         self._prompt, self._apc, self._dep, self._target = prompt, apc, deployment, target
-        self._policy, self._trace, self._rid_prefix = policy, trace, rid_prefix
-        self._wait_s = precursor_wait_s
+        self._gate = deployment.gate(target)
+        self._policy, self._trace, self._clock = policy, trace, clock
+        self._rid_prefix, self._wait_s = rid_prefix, precursor_wait_s
         self._on_warmup = on_warmup
 
     async def run(self) -> list[int]:
         """Warm until the prompt is complete; return the complete prompt."""
         warmed: list[int] = []
-        first = True
         while True:
             seen = self._apc.version
             state = self._prompt.state()
             if state.complete:
                 return state.ids
-            # The static prefix goes at once, whatever the chunk policy.
-            chunk = state.ids if first else next_warmup(warmed, state.ids, self._policy)
-            first = False
-            if not chunk:  # nothing new, or an empty static prefix: nothing to warm yet
-                try:
-                    await self._apc.wait_change(seen, self._wait_s)
-                except TimeoutError as e:
-                    raise TimeoutError(
-                        f"agent '{self._prompt.successor}' waited {self._wait_s:g}s for "
-                        f"precursors {self._prompt.kept()} without progress"
-                    ) from e
+            if not warmed:
+                chunk = state.ids or None  # the static prefix, whatever the chunk policy
+            else:
+                chunk = next_warmup(warmed, state.ids, self._policy)
+            if chunk is None:
+                await self._wait(seen, for_gate=False)
                 continue
-            await self._warm(chunk)
+            if not self._gate.try_enter():
+                await self._wait(seen, for_gate=True)
+                continue
+            try:
+                await self._warm(chunk)
+            finally:
+                self._gate.leave()
             warmed = chunk
+
+    async def _wait(self, seen: int, for_gate: bool) -> None:
+        """Until the prompt can grow (an APC change) or, when `for_gate`, the gate changes."""
+        waits = [asyncio.ensure_future(self._apc.wait_change(seen, self._wait_s))]
+        if for_gate:
+            waits.append(asyncio.ensure_future(self._gate.wait_change()))
+        try:
+            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waits:
+                w.cancel()
+        if waits[0] in done and isinstance(waits[0].exception(), TimeoutError):
+            raise TimeoutError(
+                f"agent '{self._prompt.successor}' waited {self._wait_s:g}s for "
+                f"precursors {self._prompt.kept()} without progress"
+            )
+        for w in done:
+            w.result()  # SessionReleased and the like surface here
 
     async def _warm(self, ids: list[int]) -> None:
         rid = f"{self._rid_prefix}{self._trace.warmups}"
+        sent = self._clock.now()
         try:
             meta = await self._dep.warmup(self._target, ids, rid)
         except BaseException:
             # Killed, timed out or cut off mid warm-up: the worker may still be prefilling it.
             await asyncio.shield(self._dep.abort_warmup(self._target, rid))
             raise
+        cached = int(meta.get(P.CACHED_TOKENS) or 0)
         self._trace.warmups += 1
         self._trace.warmup_lengths.append(len(ids))
-        self._trace.warmup_cached_tokens += int(meta.get(P.CACHED_TOKENS) or 0)
+        self._trace.warmup_cached_tokens += cached
+        self._trace.warmup_spans.append([sent, self._clock.now(), len(ids), cached])
         if self._on_warmup is not None:
             self._on_warmup(len(ids), meta)

@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import itertools
 import random
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from router.cluster import ModelDeployment, Timeouts
+from router.prefill_gate import CriticalHold, PrefillGate, hold
 from router.sglang_client import SGLangClient
 from sglang_ext import protocol as P
 
@@ -40,14 +42,26 @@ class PrefillTarget:
 
 
 @dataclass(slots=True)
+class PrefillReply:
+    """The prefill worker's reply to a request we dispatched to both workers ourselves: its
+    meta_info, and when it arrived (`time.perf_counter()`; None until then)."""
+
+    meta: dict = field(default_factory=dict)
+    at: float | None = None
+
+
+@dataclass(slots=True)
 class PDCall:
-    """One streamed generate request; after the stream ends `prefill_meta` holds the prefill
-    worker's meta_info when we dispatched to both workers ourselves."""
+    """One streamed generate request; `prefill` fills in while it streams when we dispatched
+    to both workers ourselves (it stays empty through the native sglang-router)."""
 
     rid: str
     stream: AsyncIterator[dict]
     abort_urls: list[str]
-    prefill_meta: dict = field(default_factory=dict)
+    # The critical prefill this call holds on its prefill worker(s)' gates; the caller releases
+    # it at the first token (the prefill is over by then), the stream at the latest when it ends.
+    hold: CriticalHold
+    prefill: PrefillReply = field(default_factory=PrefillReply)
 
 
 class Deployment:
@@ -59,9 +73,14 @@ class Deployment:
         timeouts: Timeouts,
         warmup_verb: str,
         rng: random.Random | None = None,
+        priorities: tuple[int, int] | None = None,
     ) -> None:
+        """`priorities` = (critical, warm-up) values of SGLang's `priority` field, sent only
+        when the workers schedule by priority (else SGLang may refuse the field)."""
         self.name, self.spec, self._client, self._t = name, spec, client, timeouts
         self._warmup_verb = warmup_verb
+        self._priorities = priorities
+        self._gates = [PrefillGate() for _ in spec.prefill_urls]
         self._rng = rng or random.Random()
         self._decode_rr = itertools.cycle(range(len(spec.decode_urls)))
         slots = [(i, r) for i in range(len(spec.prefill_urls)) for r in range(spec.prefill_dp_size)]
@@ -91,6 +110,16 @@ class Deployment:
     def _room(self, target: PrefillTarget) -> int:
         return P.new_bootstrap_room(target.dp_rank, target.dp_size, self._rng)
 
+    def gate(self, target: PrefillTarget) -> PrefillGate:
+        """The warm-up gate of the target's prefill worker (shared by all DP ranks: they share
+        the worker's compute)."""
+        return self._gates[target.index]
+
+    def _with_priority(self, body: dict, critical: bool) -> dict:
+        if self._priorities is None:
+            return body
+        return {**body, P.PRIORITY: self._priorities[0 if critical else 1]}
+
     # --- requests -----------------------------------------------------------------------------
     async def warmup(self, target: PrefillTarget, input_ids: list[int], rid: str) -> dict:
         """Prefill `input_ids` into the target's radix cache; nothing goes to decode.
@@ -98,9 +127,10 @@ class Deployment:
         if self._warmup_verb == "prefill_only":
             # The room pins the DP rank (room % dp_size), as on the final request: without it
             # the verb draws a random room and the warm-up may fill another rank's cache.
+            body = {P.INPUT_IDS: input_ids, P.RID: rid, P.BOOTSTRAP_ROOM: self._room(target)}
             reply = await self._client.post_json(
                 f"{target.url}{P.PREFILL_ONLY_PATH}",
-                {P.INPUT_IDS: input_ids, P.RID: rid, P.BOOTSTRAP_ROOM: self._room(target)},
+                self._with_priority(body, critical=False),
                 "warm-up",
                 self._t.warmup_s,
             )
@@ -115,33 +145,40 @@ class Deployment:
             P.BOOTSTRAP_ROOM: self._room(target),
         }
         reply = await self._client.post_json(
-            f"{target.url}/generate", body, "warm-up", self._t.warmup_s
+            f"{target.url}/generate",
+            self._with_priority(body, critical=False),
+            "warm-up",
+            self._t.warmup_s,
         )
         return reply.get(P.META_INFO, {})
 
     def via_router(self, body: dict) -> PDCall:
-        """A first-layer request through the native sglang-router (it picks the pair)."""
-        rid = body[P.RID]
+        """A first-layer request through the native sglang-router (it picks the pair, so the
+        request holds every prefill worker's gate of this model until its prefill is over)."""
+        held = hold(self._gates)
+        body = self._with_priority(body, critical=True)
         stream = self._client.stream(f"{self.spec.router_url}/generate", body, "router")
-        return PDCall(rid, stream, self.spec.prefill_urls + self.spec.decode_urls)
+        urls = self.spec.prefill_urls + self.spec.decode_urls
+        return PDCall(body[P.RID], _releasing(stream, held), urls, held)
 
     def dual(self, body: dict, target: PrefillTarget) -> PDCall:
         """The final PD request of a successor: the same JSON to its prefill worker and to a
         decode worker, joined by a fresh bootstrap room on the target's DP rank."""
         decode_url = self.spec.decode_urls[next(self._decode_rr)]
         body = {
-            **body,
+            **self._with_priority(body, critical=True),
             P.BOOTSTRAP_HOST: target.host,
             P.BOOTSTRAP_PORT: target.bootstrap_port,
             P.BOOTSTRAP_ROOM: self._room(target),
         }
-        # The stream fills `prefill_meta` in place once the prefill worker replied.
-        prefill_meta: dict = {}
-        stream = self._dual_stream(body, target.url, decode_url, prefill_meta)
-        return PDCall(body[P.RID], stream, [target.url, decode_url], prefill_meta)
+        held = hold([self.gate(target)])
+        # The stream fills `reply` in place once the prefill worker replied.
+        reply = PrefillReply()
+        stream = self._dual_stream(body, target.url, decode_url, reply, held)
+        return PDCall(body[P.RID], stream, [target.url, decode_url], held, reply)
 
     async def _dual_stream(
-        self, body: dict, prefill_url: str, decode_url: str, prefill_meta: dict
+        self, body: dict, prefill_url: str, decode_url: str, reply: PrefillReply, held: CriticalHold
     ) -> AsyncIterator[dict]:
         prefill = asyncio.ensure_future(
             self._client.post_json(f"{prefill_url}/generate", body, "prefill", self._t.read_s)
@@ -155,9 +192,13 @@ class Deployment:
                     {nxt, prefill} if not prefill.done() else {nxt},
                     return_when=asyncio.FIRST_COMPLETED,
                 )
-                # A failed prefill leaves decode waiting for KV that never comes: fail now.
-                if prefill.done() and prefill.exception() is not None:
-                    raise prefill.exception()
+                if prefill.done() and reply.at is None:
+                    held.release()  # the prefill worker replied: its part is over
+                    # A failed prefill leaves decode waiting for KV that never comes: fail now.
+                    if prefill.exception() is not None:
+                        raise prefill.exception()
+                    reply.meta.update(prefill.result().get(P.META_INFO, {}))
+                    reply.at = time.perf_counter()
                 if not nxt.done():
                     continue
                 try:
@@ -166,9 +207,12 @@ class Deployment:
                     break
                 nxt = None
                 yield chunk
-            reply = await asyncio.wait_for(prefill, self._t.read_s)
-            prefill_meta.update(reply.get(P.META_INFO, {}))
+            if reply.at is None:
+                result = await asyncio.wait_for(prefill, self._t.read_s)
+                reply.meta.update(result.get(P.META_INFO, {}))
+                reply.at = time.perf_counter()
         finally:
+            held.release()
             pending = [f for f in (nxt, prefill) if f is not None and not f.done()]
             for fut in pending:
                 fut.cancel()
@@ -178,9 +222,20 @@ class Deployment:
             await decode.aclose()
 
     async def abort(self, call: PDCall) -> None:
+        call.hold.release()
         await asyncio.gather(
             *(self._client.abort(u, call.rid, self._t.abort_s) for u in call.abort_urls)
         )
 
     async def abort_warmup(self, target: PrefillTarget, rid: str) -> None:
         await self._client.abort(target.url, rid, self._t.abort_s)
+
+
+async def _releasing(stream: AsyncIterator[dict], held: CriticalHold) -> AsyncIterator[dict]:
+    """`stream`, releasing `held` at its first chunk (the prefill is over) or when it ends."""
+    try:
+        async for chunk in stream:
+            held.release()
+            yield chunk
+    finally:
+        held.release()

@@ -65,6 +65,13 @@ DEFAULT_BOOTSTRAP_PORT = 8998
 MAX_BOOTSTRAP_ROOM = 2**63 - 1
 # rid prefix of our warm-ups; the real-SGLang patch keys radix insertion on it (0.5.11+).
 WARMUP_RID_PREFIX = "moa-warm-"
+# Top-level request field of SGLang's priority scheduling (`--enable-priority-scheduling`; larger
+# values first unless `--schedule-low-priority-values-first`). The router sends these values.
+PRIORITY = "priority"
+PRIORITY_CRITICAL = 1
+PRIORITY_WARMUP = 0
+# meta_info keys with a request's worker-side timings (seconds), copied into the agent trace.
+WORKER_TIMING_KEYS: tuple[str, ...] = ()
 
 # Our one added verb, served by both backends: a prefill-only warm-up with a JSON reply.
 PREFILL_ONLY_PATH = "/prefill_only"

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
 from router import early_exit
@@ -40,14 +41,23 @@ DELAY = 0.01
 @dataclass
 class HoldingWorker(FakeWorker):
     """A fake native router that holds requests whose rid names one of `hold` until aborted, so
-    that agent produces no token before early exit kills it."""
+    that agent produces no token before early exit kills it. It first sends an event with no
+    token (its prefill is over), as a slow decode would: the router's PrefillGate then lets
+    warm-ups through."""
 
     hold: tuple[str, ...] = ()
 
     async def _decode(self, request, body, ids, stop):
-        if any(f"-{h}-" in body.get(P.RID, "") for h in self.hold):
-            await stop.wait()
-        return await super()._decode(request, body, ids, stop)
+        rid = body.get(P.RID, "")
+        if not any(f"-{h}-" in rid for h in self.hold):
+            return await super()._decode(request, body, ids, stop)
+        resp = web.StreamResponse(headers={"Content-Type": P.SSE_CONTENT_TYPE})
+        await resp.prepare(request)
+        meta = {P.META_ID: rid, P.PROMPT_TOKENS: len(ids), P.COMPLETION_TOKENS: 0}
+        await resp.write(P.sse_event({P.OUTPUT_IDS: [], P.META_INFO: meta}))
+        await stop.wait()
+        await resp.write(P.sse_done())
+        return resp
 
 
 class FakeEmbedder:

@@ -4,6 +4,7 @@ warm-up a cache hit on the one before, an empty static prefix, warm-ups that fai
 from __future__ import annotations
 
 import asyncio
+import itertools
 
 import pytest
 
@@ -12,21 +13,29 @@ from router.cluster import Timeouts
 from router.config import IncrementalPrefill
 from router.context import RouterContext
 from router.incremental import WarmupLoop, next_warmup
+from router.prefill_gate import hold
 from router.sglang_client import WorkerError
 from router.successor_prompt import SuccessorPrompt, token_source
 from router.template import PromptPieces, build_pieces
-from router.trace import AgentTrace
+from router.trace import AgentTrace, Clock
 from sglang_ext import protocol as P
 from tests.router_fixtures import smollm_tokenizer_path, start_fake_cluster  # noqa: F401
 from tests.test_router_template import AGG
 
-ADAPTIVE = IncrementalPrefill()
+# Any new token is worth a warm-up: the self-clocking alone decides how much each one carries.
+ADAPTIVE = IncrementalPrefill(min_chunk_tokens=1)
 
 
 def test_next_warmup_policies():
     warmed, ready = [1, 2, 3], [1, 2, 3, 4, 5, 6, 7]
     assert next_warmup(warmed, ready, ADAPTIVE) == ready
     assert next_warmup(ready, ready, ADAPTIVE) is None
+    # Adaptive waits until a step is worth it, then carries everything that arrived.
+    worth_4 = IncrementalPrefill(min_chunk_tokens=4)
+    assert next_warmup(warmed, ready[:6], worth_4) is None
+    assert next_warmup(warmed, ready, worth_4) == ready
+    # Counted from the longest valid prefix: a dropped slot makes the stale tail new again.
+    assert next_warmup([1, 2, 9, 9, 9], ready, worth_4) == ready
     fixed = IncrementalPrefill(chunk_policy="fixed", chunk_tokens=3)
     assert next_warmup(warmed, ready, fixed) == [1, 2, 3, 4, 5, 6]
     assert next_warmup(warmed, ready[:5], fixed) is None
@@ -59,6 +68,7 @@ async def run_loop(
                 target,
                 policy,
                 trace,
+                Clock(),
                 "moa-warm-t-",
                 5.0,
                 lambda _n, meta: cached.append(meta[P.CACHED_TOKENS]),
@@ -95,6 +105,9 @@ async def test_adaptive_warms_the_static_prefix_first_and_keeps_one_in_flight(
     assert cached[1:] == lengths[:-1]
     warm = worker.warmups()
     assert [len(w["input_ids"]) for w in warm] == lengths
+    spans = trace.warmup_spans
+    assert [s[2] for s in spans] == lengths and all(a <= b for a, b, _, _ in spans)
+    assert all(prev[1] <= nxt[0] for prev, nxt in itertools.pairwise(spans))  # one at a time
     assert all(w["bootstrap_host"] == "2.2.2.2" for w in warm)
     assert len(ids) > lengths[-1]
 
@@ -140,7 +153,7 @@ async def test_a_warmup_that_times_out_is_aborted(smollm_tokenizer_path, verb): 
             dep = ctx.deployments["smollm2"]
             trace = AgentTrace(model="smollm2", layer=2)
             loop = WarmupLoop(
-                prompt, apc, dep, dep.pick_prefill(), ADAPTIVE, trace, "moa-warm-t-", 5.0
+                prompt, apc, dep, dep.pick_prefill(), ADAPTIVE, trace, Clock(), "moa-warm-t-", 5.0
             )
             with pytest.raises(WorkerError, match=r"warm-up request to .* no reply within 0.2s"):
                 await asyncio.wait_for(loop.run(), 5)
@@ -148,5 +161,56 @@ async def test_a_warmup_that_times_out_is_aborted(smollm_tokenizer_path, verb): 
         await asyncio.sleep(0.05)
         # The worker was told to drop the warm-up it was still holding.
         assert prefill.aborted == ["moa-warm-t-0"] and not prefill.active
+    finally:
+        await cluster.close()
+
+
+async def test_adaptive_min_chunk_bounds_the_number_of_warmups(smollm_tokenizer_path):  # noqa: F811
+    policy = IncrementalPrefill(min_chunk_tokens=30)
+    _ids, trace, _, head, _ = await run_loop(smollm_tokenizer_path, policy, 0.001)
+    lengths = trace.warmup_lengths
+    assert lengths[0] == head
+    assert all(b - a >= 30 for a, b in itertools.pairwise(lengths))
+    # 120 precursor tokens: the static prefix plus at most four steps of >= 30.
+    assert 2 <= len(lengths) <= 5
+
+
+async def test_no_warmup_starts_while_a_critical_prefill_holds_the_gate(
+    smollm_tokenizer_path,  # noqa: F811
+):
+    cluster = await start_fake_cluster(smollm_tokenizer_path)
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            tok = ctx.tokenizer("smollm2")
+            apc = AnswerCache(["a", "b", "c"])
+            pieces = build_pieces(tok, AGG, "q?")
+            prompt = SuccessorPrompt(
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
+            )
+            dep = ctx.deployments["smollm2"]
+            target = dep.pick_prefill()
+            trace = AgentTrace(model="smollm2", layer=2)
+            loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 5.0)
+            held = hold([dep.gate(target)])
+            task = asyncio.create_task(loop.run())
+            for t in range(20):
+                apc.append("a", [1000 + t], [0.0], "")
+                await asyncio.sleep(0.01)
+            assert trace.warmups == 0 and not cluster.prefills[0].warmups()
+            held.release()
+            for _ in range(100):  # the gate opened: everything so far goes in one warm-up
+                await asyncio.sleep(0.01)
+                if trace.warmups:
+                    break
+            assert trace.warmup_lengths == [len(pieces.head) + 20]
+            # Held again while all precursors finish: the completed prompt supersedes the
+            # warm-ups that waited, and none is sent.
+            held = hold([dep.gate(target)])
+            for agent in "abc":
+                apc.append(agent, [7], [0.0], "")
+                apc.finish(agent)
+            ids = await asyncio.wait_for(task, 5)
+            held.release()
+            assert trace.warmups == 1 and len(ids) > trace.warmup_lengths[0]
     finally:
         await cluster.close()

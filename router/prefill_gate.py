@@ -1,0 +1,97 @@
+"""Admission of warm-ups to one prefill worker: second-class work that must never delay a
+critical prefill (a leaf's prompt, a successor's final request) on the same worker.
+
+Why in the router and not only in the worker: SGLang's priority scheduling is a tie-breaker on a
+`--disaggregation-mode prefill` server (no preemption, a started chunked prefill always goes on,
+fake-bootstrap warm-ups can overtake real requests in the bootstrap queue), and a queued warm-up
+costs the critical request a whole forward. So the router holds warm-ups back while any critical
+prefill is outstanding on the worker, and lets at most `max_warmups_in_flight` through at a time;
+worker-side priority (the `priority` field) stays as a second line.
+
+A critical hold lasts from sending the request until its prefill is known to be over (the prefill
+worker's reply, or the first token). One gate per prefill worker, shared by every session of a
+router process (owned by `Deployment`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+
+class CriticalHold:
+    """One outstanding critical prefill; `release` is idempotent (first token or reply)."""
+
+    __slots__ = ("_gates",)
+
+    def __init__(self, gates: list[PrefillGate]) -> None:
+        self._gates = gates
+        for g in gates:
+            g._critical += 1
+            g._changed()
+
+    def release(self) -> None:
+        gates, self._gates = self._gates, []
+        for g in gates:
+            g._critical -= 1
+            g._changed()
+
+
+class PrefillGate:
+    def __init__(self, max_warmups_in_flight: int = 1) -> None:
+        self.max_warmups_in_flight = max_warmups_in_flight
+        self._critical = 0
+        self._warmups = 0
+        self._waiters: list[asyncio.Future] = []
+        # Counters for the trace and metrics: how often a warm-up had to wait, and for how long.
+        self.held_s = 0.0
+
+    @property
+    def critical(self) -> int:
+        return self._critical
+
+    @property
+    def warmups_in_flight(self) -> int:
+        return self._warmups
+
+    def is_open(self) -> bool:
+        return self._critical == 0 and self._warmups < self.max_warmups_in_flight
+
+    def try_enter(self) -> bool:
+        """Take a warm-up slot if the gate is open; pair with `leave`."""
+        if not self.is_open():
+            return False
+        self._warmups += 1
+        return True
+
+    def leave(self) -> None:
+        self._warmups -= 1
+        self._changed()
+
+    async def wait_change(self) -> None:
+        """Return at the next change of the gate's state (a hold or a slot taken or freed)."""
+        fut = asyncio.get_running_loop().create_future()
+        self._waiters.append(fut)
+        await fut
+
+    @contextlib.asynccontextmanager
+    async def warmup(self) -> AsyncIterator[None]:
+        """Wait for the gate to open, then hold a warm-up slot for the body."""
+        while not self.try_enter():
+            await self.wait_change()
+        try:
+            yield
+        finally:
+            self.leave()
+
+    def _changed(self) -> None:
+        waiters, self._waiters = self._waiters, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_result(None)
+
+
+def hold(gates: list[PrefillGate]) -> CriticalHold:
+    """Mark a critical prefill outstanding on `gates` until the hold is released."""
+    return CriticalHold(gates)
