@@ -26,14 +26,19 @@ class AgentTrace(BaseModel):
     model_config = ConfigDict(extra="allow", protected_namespaces=())
 
     model: str
+    layer: int | None = None
     output_ids: list[int] = []
     text: str = ""
+    # Seconds since the question started (the shell router's session clock).
     start_s: float | None = None
+    final_request_s: float | None = None  # the agent's (final) request went out
+    prefill_reply_s: float | None = None  # its prefill worker replied (successors)
     first_token_s: float | None = None
     end_s: float | None = None
     warmups: int = 0
-    # None where the prefill worker's numbers are not known: an agent killed before its final
-    # request, or one sent through the native sglang-router (which hides the prefill reply).
+    warmup_spans: list[list[float]] = []  # [sent_s, replied_s, tokens, cached_tokens]
+    worker_timing: dict[str, float] = {}
+    # None where the workers' numbers are not known: an agent killed before its final request.
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     slot_order: list[str] = []  # precursor ids in the order spliced; empty for a first-layer agent

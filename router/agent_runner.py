@@ -1,51 +1,73 @@
-"""One agent's requests within a Session: its prompt (a first-layer template, or a successor's
+"""One agent's requests within a session: its prompt (a first-layer template, or a successor's
 SuccessorPrompt warmed incrementally or built once its precursors ended), its request (through the
 native sglang-router, or dual PD to a sticky prefill target), and its streamed reply into the APC
-and the trace. `Session._run` (orchestrator.py) runs one AgentRunner per agent."""
+and the trace. `Session._run` (orchestrator.py) builds one AgentRunner per agent with what it
+needs, and nothing else of the session."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
+from router.answer_cache import AnswerCache
+from router.config import TopologyConfig
+from router.context import RouterContext
 from router.incremental import WarmupLoop
 from router.pd import PDCall, PrefillTarget
 from router.stream_reader import StreamReader
 from router.successor_prompt import SuccessorPrompt, token_source
 from router.template import TextSplicer, build_pieces, prompt_ids
+from router.trace import AgentTrace, Clock
 from sglang_ext import protocol as P
 
-if TYPE_CHECKING:
-    from router.orchestrator import Session
+
+@dataclass(slots=True)
+class AgentJob:
+    """One agent of one question: what its run reads and writes."""
+
+    agent_id: str
+    cfg: TopologyConfig
+    question: str
+    # Warm incrementally (pipelined) or send the whole prompt once precursors ended (blocking).
+    pipelined: bool
+    apc: AnswerCache
+    trace: AgentTrace
+    clock: Clock
+    # Precursors early exit dropped from this agent's prompt (the session adds to it live).
+    dropped: set[str]
+    # The slot order to use instead of the template's or the dynamic one (exactness tests).
+    forced_order: list[str] | None
+    # Part of every rid: unique per session.
+    rid_tag: str
 
 
 class AgentRunner:
-    def __init__(self, session: Session, agent_id: str) -> None:
-        self.s, self.agent_id = session, agent_id
-        self.model = session.cfg.agent(agent_id).model
-        self.trace = session.traces[agent_id]
-        self.dep = session.ctx.deployments[self.model]
+    def __init__(self, job: AgentJob, ctx: RouterContext) -> None:
+        self.job, self.ctx = job, ctx
+        self.model = job.cfg.agent(job.agent_id).model
+        self.dep = ctx.deployments[self.model]
 
     async def run(self) -> None:
         """Send the agent's request and stream its reply into the APC; raises on failure (a
         cancel aborts what is in flight on the workers first)."""
-        s, agent_id = self.s, self.agent_id
+        job = self.job
         body = {
-            P.SAMPLING_PARAMS: s.cfg.sampling_of(agent_id).to_sglang(),
+            P.SAMPLING_PARAMS: job.cfg.sampling_of(job.agent_id).to_sglang(),
             P.RETURN_LOGPROB: True,
-            P.RID: f"moa-{s.rid_tag}-{agent_id}-{uuid.uuid4().hex[:6]}",
+            P.RID: f"moa-{job.rid_tag}-{job.agent_id}-{uuid.uuid4().hex[:6]}",
         }
-        if not s.cfg.precursors(agent_id):
-            tok = s.ctx.tokenizer(self.model)
-            body[P.INPUT_IDS] = prompt_ids(tok, s.cfg.template_of(agent_id), s.question)
+        if not job.cfg.precursors(job.agent_id):
+            tok = self.ctx.tokenizer(self.model)
+            body[P.INPUT_IDS] = prompt_ids(tok, job.cfg.template_of(job.agent_id), job.question)
+            job.trace.final_request_s = job.clock.now()
             await self._stream(self.dep.via_router(body))
             return
         target = self.dep.pick_prefill()
-        self.trace.prefill_url = target.url
+        job.trace.prefill_url = target.url
         try:
             body[P.INPUT_IDS] = await self._successor_prompt(target)
-            self.trace.final_request_s = s.clock.now()
+            job.trace.final_request_s = job.clock.now()
             await self._stream(self.dep.dual(body, target))
         finally:
             self.dep.unpin(target)
@@ -54,11 +76,11 @@ class AgentRunner:
         """The complete prompt: warmed on the way (pipelined) or built once all precursors
         ended (blocking). Both build it with the same SuccessorPrompt, so given the same slot
         order it is the same token list."""
-        s, agent_id = self.s, self.agent_id
+        job = self.job
         prompt = self._prompt()
-        wait_s = s.ctx.timeouts.precursor_wait_s
-        if s.mode == "pipelined" and s.cfg.incremental_prefill.enabled:
-            m = s.ctx.metrics
+        wait_s = self.ctx.timeouts.precursor_wait_s
+        if job.pipelined and job.cfg.incremental_prefill.enabled:
+            m = self.ctx.metrics
 
             def count(n_tokens: int, _meta: dict) -> None:
                 m.warmups.labels(self.model).inc()
@@ -66,12 +88,13 @@ class AgentRunner:
 
             loop = WarmupLoop(
                 prompt,
-                s.apc,
+                job.apc,
                 self.dep,
                 target,
-                s.cfg.incremental_prefill,
-                self.trace,
-                f"{P.WARMUP_RID_PREFIX}{s.rid_tag}-{agent_id}-",
+                job.cfg.incremental_prefill,
+                job.trace,
+                job.clock,
+                f"{P.WARMUP_RID_PREFIX}{job.rid_tag}-{job.agent_id}-",
                 wait_s,
                 count,
             )
@@ -80,62 +103,85 @@ class AgentRunner:
             # Blocking: nothing goes out (and no dynamic slot is assigned) before every kept
             # precursor has ended; a failed one fails this agent in `state()`.
             try:
-                await s.apc.wait_ended(prompt.kept, wait_s)
+                await job.apc.wait_ended(prompt.kept, wait_s)
             except TimeoutError as e:
                 raise TimeoutError(
-                    f"agent '{agent_id}' waited {wait_s:g}s for its precursors {prompt.kept()} "
-                    "without progress"
+                    f"agent '{job.agent_id}' waited {wait_s:g}s for its precursors "
+                    f"{prompt.kept()} without progress"
                 ) from e
             ids = prompt.state().ids
-        self.trace.slot_order = list(prompt.order)
+        job.trace.slot_order = list(prompt.order)
         return ids
 
     def _prompt(self) -> SuccessorPrompt:
-        s = self.s
-        tok = s.ctx.tokenizer(self.model)
-        pieces = build_pieces(tok, s.cfg.template_of(self.agent_id), s.question)
+        job, cfg = self.job, self.job.cfg
+        tok = self.ctx.tokenizer(self.model)
+        pieces = build_pieces(tok, cfg.template_of(job.agent_id), job.question)
         sources = {}
         for p in pieces.slots:
-            ptok = s.ctx.tokenizer(s.cfg.agent(p).model)
+            ptok = self.ctx.tokenizer(cfg.agent(p).model)
             if ptok.family == tok.family:
                 sources[p] = token_source(tok.eot_ids)
             else:
                 splicer = TextSplicer(tok)
                 sources[p] = lambda a, sp=splicer: sp.ids(a.text, a.done)
         return SuccessorPrompt(
-            self.agent_id,
+            job.agent_id,
             pieces,
             sources,
-            s.apc,
-            s.dropped[self.agent_id],
-            dynamic=s.cfg.slot_order == "dynamic",
-            forced_order=s.slot_orders.get(self.agent_id),
+            job.apc,
+            job.dropped,
+            dynamic=cfg.slot_order == "dynamic",
+            forced_order=job.forced_order,
         )
 
     async def _stream(self, call: PDCall) -> None:
         """Stream one generate call into the APC; abort it on the workers if it did not end."""
-        apc, trace, clock = self.s.apc, self.trace, self.s.clock
-        reader = StreamReader(self.s.ctx.tokenizer(self.model))
+        job = self.job
+        apc, trace, clock = job.apc, job.trace, job.clock
+        reader = StreamReader(self.ctx.tokenizer(self.model))
         finished = False
         try:
             async for chunk in call.stream:
                 d = reader.feed(chunk)
                 if d.ids and trace.first_token_s is None:
                     trace.first_token_s = clock.now()
-                apc.append(self.agent_id, d.ids, d.logprobs, d.text)
+                    call.hold.release()  # a first token means the prefill is over
+                apc.append(job.agent_id, d.ids, d.logprobs, d.text)
             finished = True
         finally:
             if not finished:
                 await asyncio.shield(self.dep.abort(call))
-        if (text := reader.final_text()) != apc[self.agent_id].text:
-            apc.append(self.agent_id, [], [], text)
+        if (text := reader.final_text()) != apc[job.agent_id].text:
+            apc.append(job.agent_id, [], [], text)
         meta = reader.meta
         trace.finish_reason = meta.get(P.FINISH_REASON)
-        # Both workers count the same prompt; only the prefill worker knows what it found cached.
-        # Through the native sglang-router its reply is not visible: no number beats a wrong one.
-        trace.prompt_tokens = call.prefill_meta.get(P.PROMPT_TOKENS, meta.get(P.PROMPT_TOKENS))
-        trace.cached_tokens = call.prefill_meta.get(P.CACHED_TOKENS)
-        if trace.cached_tokens is not None and trace.prompt_tokens:
-            self.s.ctx.metrics.cached_ratio.labels(self.model, self.s.mode).observe(
+        # Both workers count the same prompt; the prefill worker's reply has the true
+        # `cached_tokens` (we see it when we dispatched both halves ourselves). Through the
+        # native sglang-router only decode's reply comes back, which carries prefill's value
+        # over the KV metadata (SGLang 0.5.4+ and the reference engine; 0 on 0.5.3 + NIXL).
+        prefill = call.prefill.meta
+        trace.prompt_tokens = prefill.get(P.PROMPT_TOKENS, meta.get(P.PROMPT_TOKENS))
+        trace.cached_tokens = prefill.get(P.CACHED_TOKENS, meta.get(P.CACHED_TOKENS))
+        trace.worker_timing = worker_timing(prefill, meta)
+        if call.prefill.at is not None:
+            trace.prefill_reply_s = clock.at(call.prefill.at)
+        if job.cfg.precursors(job.agent_id) and trace.cached_tokens is not None and trace.prompt_tokens:
+            self.ctx.metrics.cached_ratio.labels(self.model, mode_name(job)).observe(
                 trace.cached_tokens / trace.prompt_tokens
             )
+
+
+def mode_name(job: AgentJob) -> str:
+    return "pipelined" if job.pipelined else "blocking"
+
+
+def worker_timing(prefill_meta: dict, decode_meta: dict) -> dict[str, float]:
+    """The final request's timings as the workers reported them (SGLang's meta_info names),
+    prefixed by the worker that reported each."""
+    out = {}
+    for side, meta in (("prefill", prefill_meta), ("decode", decode_meta)):
+        for key in P.WORKER_TIMING_KEYS:
+            if isinstance(meta.get(key), (int, float)):
+                out[f"{side}.{key}"] = float(meta[key])
+    return out

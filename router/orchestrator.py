@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from router.agent_runner import AgentRunner
+from router.agent_runner import AgentJob, AgentRunner
 from router.answer_cache import AnswerCache, PrecursorFailed
 from router.config import TopologyConfig
 from router.context import RouterContext
@@ -169,12 +169,26 @@ class Session:
                 t.cancel()
 
     # --- one agent ----------------------------------------------------------------------------
+    def _job(self, agent_id: str) -> AgentJob:
+        return AgentJob(
+            agent_id=agent_id,
+            cfg=self.cfg,
+            question=self.question,
+            pipelined=self.mode == "pipelined",
+            apc=self.apc,
+            trace=self.traces[agent_id],
+            clock=self.clock,
+            dropped=self.dropped[agent_id],
+            forced_order=self.slot_orders.get(agent_id),
+            rid_tag=self.rid_tag,
+        )
+
     async def _run(self, agent_id: str) -> None:
         trace = self.traces[agent_id]
         trace.start_s = self.clock.now()
         outcome = "error"
         try:
-            await AgentRunner(self, agent_id).run()
+            await AgentRunner(self._job(agent_id), self.ctx).run()
             self.apc.finish(agent_id)
             outcome = "ok"
         except asyncio.CancelledError:

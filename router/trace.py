@@ -17,12 +17,19 @@ class AgentTrace:
     start_s: float | None = None
     first_token_s: float | None = None
     end_s: float | None = None
-    # When the final request went out (all slots complete), for prefill/decode splits.
+    # When the agent's (final) request went out: a leaf's at once; a successor's once every slot
+    # is complete. The exposed part of its prefill is first_token_s - final_request_s.
     final_request_s: float | None = None
+    # When the prefill worker replied to the final request (successors: we dispatch both halves).
+    prefill_reply_s: float | None = None
+    # The final request's timings as the workers reported them ("prefill.<meta_info key>").
+    worker_timing: dict[str, float] = field(default_factory=dict)
     warmups: int = 0
     # Token count of each warm-up, in order (chunking studies read it).
     warmup_lengths: list[int] = field(default_factory=list)
     warmup_cached_tokens: int = 0
+    # Each warm-up as [sent_s, replied_s, tokens, cached_tokens] (timelines read it).
+    warmup_spans: list[list[float]] = field(default_factory=list)
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     slot_order: list[str] = field(default_factory=list)
@@ -44,3 +51,7 @@ class Clock:
 
     def now(self) -> float:
         return time.perf_counter() - self._t0
+
+    def at(self, perf_counter_t: float) -> float:
+        """A `time.perf_counter()` reading on this clock."""
+        return perf_counter_t - self._t0

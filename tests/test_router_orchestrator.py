@@ -95,7 +95,7 @@ def _find(haystack: list[int], needle: list[int]) -> int:
     return next((i for i in range(len(haystack)) if haystack[i : i + len(needle)] == needle), -1)
 
 
-async def test_cached_tokens_are_the_prefill_workers_or_none(smollm_tokenizer_path):  # noqa: F811
+async def test_cached_tokens_are_the_prefill_workers_or_decodes(smollm_tokenizer_path):  # noqa: F811
     cluster = await start_fake_cluster(smollm_tokenizer_path, **FAST)
     try:
         async with RouterContext.open(cluster.spec) as ctx:
@@ -104,10 +104,11 @@ async def test_cached_tokens_are_the_prefill_workers_or_none(smollm_tokenizer_pa
         # The fake decode worker reports 0 cached tokens; the prefill worker found the warm-ups.
         assert final["cached_tokens"] >= final["warmup_lengths"][-1] > 0
         assert final["prompt_tokens"] > final["cached_tokens"]
-        # Through the native sglang-router no prefill reply is visible: no number, not decode's.
+        # Through the native sglang-router only decode's reply comes back: its copy of
+        # prefill's count (the fake decode worker reports 0).
         for leaf in ("leaf_0_0", "leaf_0_1", "leaf_0_2"):
             t = result.trace[leaf]
-            assert t["cached_tokens"] is None and t["prompt_tokens"] > 0
+            assert t["cached_tokens"] == 0 and t["prompt_tokens"] > 0
     finally:
         await cluster.close()
 
