@@ -11,7 +11,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# Three proposer personas: with greedy decoding, identical prompts would give identical answers.
+# Nine proposer personas, one per leaf of a 9-3-1 tree: under greedy decoding identical prompts
+# would give identical answers (and identical aggregator prompts), which no real MoA has. They
+# differ in style, and so in how long each answer runs.
 PERSONAS = [
     ("You are a careful problem solver. Work through the problem step by step, check each step, "
     "and finish with the final answer stated plainly."),
@@ -19,6 +21,18 @@ PERSONAS = [
     "with the final answer stated plainly."),
     ("You are a meticulous tutor. Restate what is asked, solve it methodically, verify the result, "
     "and finish with the final answer stated plainly."),
+    ("You are a quick mental-math champion. Give the shortest correct solution you can, then the "
+    "final answer."),
+    ("You are a patient teacher explaining to a beginner. Define every quantity, show each "
+    "calculation, and end with the final answer."),
+    ("You are a skeptical reviewer. Solve the problem, then look for a mistake in your own work "
+    "and correct it if you find one, and end with the final answer."),
+    ("You are an engineer who likes tables and lists. Organize the known facts as a list, compute "
+    "the result, and give the final answer on its own line."),
+    ("You are a mathematician. Set up equations for the problem, solve them, and state the final "
+    "answer."),
+    ("You are a practical accountant. Track every amount as you go, add things up carefully, and "
+    "report the final answer."),
 ]
 AGGREGATOR_SYSTEM = (
     "You receive a question and several candidate answers written by other assistants. Some may "
@@ -35,19 +49,26 @@ def aggregator_user(precursors: list[str]) -> str:
     return "".join(parts)
 
 
-def proposer_templates() -> dict:
-    return {f"proposer_{i}": {"system": p, "user": "{question}"} for i, p in enumerate(PERSONAS)}
+def proposer_templates(n: int) -> dict:
+    return {f"proposer_{i}": {"system": p, "user": "{question}"}
+            for i, p in enumerate(PERSONAS[:n])}
 
 
-def tree(n_clusters: int, leaf_models: list[str], mid_model: str, root_model: str):
-    """n_clusters leaf clusters of len(leaf_models) proposers, one aggregator each, one root."""
-    agents, templates = [], proposer_templates()
+def tree(n_clusters: int, leaf_models: list[str], mid_model: str, root_model: str,
+         leaf_sampling: list[dict] | None = None):
+    """n_clusters leaf clusters of len(leaf_models) proposers, one aggregator each, one root.
+    Leaf k of each cluster takes `leaf_sampling[k]` (its length budget, say)."""
+    agents, templates = [], proposer_templates(n_clusters * len(leaf_models))
     mids = []
     for c in range(n_clusters):
         leaves = []
         for j, model in enumerate(leaf_models):
             agent_id = f"leaf_{c}_{j}"
-            agents.append({"id": agent_id, "model": model, "template": f"proposer_{j % 3}"})
+            agent = {"id": agent_id, "model": model,
+                     "template": f"proposer_{c * len(leaf_models) + j}"}
+            if leaf_sampling:
+                agent["sampling"] = leaf_sampling[j]
+            agents.append(agent)
             leaves.append(agent_id)
         mid = f"agg_{c}" if n_clusters > 1 else "final"
         templates[f"aggregate_{mid}"] = {"system": AGGREGATOR_SYSTEM, "user": aggregator_user(leaves)}
@@ -60,14 +81,18 @@ def tree(n_clusters: int, leaf_models: list[str], mid_model: str, root_model: st
     return agents, templates
 
 
-def all_to_all(n: int, leaf_models: list[str], mid_model: str, root_model: str):
+def all_to_all(n: int, leaf_models: list[str], mid_model: str, root_model: str,
+               leaf_sampling: list[dict] | None = None):
     """The paper's dense baseline: n proposers, n layer-2 agents each reading all n, 1 root."""
-    agents, templates = [], proposer_templates()
+    agents, templates = [], proposer_templates(n)
     leaves = []
     for i in range(n):
         agent_id = f"leaf_{i}"
-        agents.append({"id": agent_id, "model": leaf_models[i % len(leaf_models)],
-                       "template": f"proposer_{i % 3}"})
+        agent = {"id": agent_id, "model": leaf_models[i % len(leaf_models)],
+                 "template": f"proposer_{i}"}
+        if leaf_sampling:
+            agent["sampling"] = leaf_sampling[i % len(leaf_sampling)]
+        agents.append(agent)
         leaves.append(agent_id)
     templates["aggregate_layer2"] = {"system": AGGREGATOR_SYSTEM, "user": aggregator_user(leaves)}
     mids = [f"agg_{i}" for i in range(n)]
@@ -86,7 +111,11 @@ QWEN = {
 # new tokens is lowered to 4096 here so a stuck agent cannot hold a run for minutes.
 GPU_SAMPLING = {"temperature": 0.7, "top_p": 0.8, "top_k": 20, "presence_penalty": 1.5,
                 "max_new_tokens": 4096}
-CPU_SAMPLING = {"temperature": 0.0, "max_new_tokens": 64}
+CPU_SAMPLING = {"temperature": 0.0, "max_new_tokens": 96}
+# One model plays every part on the CPU, so the leaves of a cluster get the length budgets that
+# a 4B, an 8B and a 32B model would have in time: they end at different moments, fastest first in
+# template order, as in the paper's hetero clusters (SmolLM2 rarely stops early on its own).
+CPU_LEAF_BUDGETS = [{"max_new_tokens": 48}, {"max_new_tokens": 96}, {"max_new_tokens": 160}]
 GPU_EMBEDDING = "Qwen/Qwen3-Embedding-4B"
 
 
@@ -128,15 +157,16 @@ def main() -> None:
               gpu_models(hetero), a, t, GPU_SAMPLING, GPU_EMBEDDING, dmv)
 
     cpu = {"smollm2": {"model_path": "smollm2-135m"}}
-    a, t = tree(1, ["smollm2"] * 3, "smollm2", "smollm2")
-    write("tree_3_1_cpu", "CPU default: 3 SmolLM2-135M proposers, 1 aggregator; greedy.",
+    budgets = "leaves of a cluster capped at 48/96/160 new tokens (as 4B/8B/32B), others at 96"
+    a, t = tree(1, ["smollm2"] * 3, "smollm2", "smollm2", CPU_LEAF_BUDGETS)
+    write("tree_3_1_cpu", f"CPU default: 3 SmolLM2-135M proposers, 1 aggregator; greedy; {budgets}.",
           cpu, a, t, CPU_SAMPLING, "all-minilm-l6-v2")
-    a, t = tree(3, ["smollm2"] * 3, "smollm2", "smollm2")
-    write("tree_9_3_1_cpu", "CPU default: the 9-3-1 tree on SmolLM2-135M; greedy.",
+    a, t = tree(3, ["smollm2"] * 3, "smollm2", "smollm2", CPU_LEAF_BUDGETS)
+    write("tree_9_3_1_cpu", f"CPU default: the 9-3-1 tree on SmolLM2-135M; greedy; {budgets}.",
           cpu, a, t, CPU_SAMPLING, "all-minilm-l6-v2")
-    a, t = all_to_all(9, ["smollm2"], "smollm2", "smollm2")
-    write("all_to_all_9_9_1_cpu", "CPU default: the dense 9-9-1 baseline on SmolLM2-135M; greedy.",
-          cpu, a, t, CPU_SAMPLING, "all-minilm-l6-v2")
+    a, t = all_to_all(9, ["smollm2"], "smollm2", "smollm2", CPU_LEAF_BUDGETS)
+    write("all_to_all_9_9_1_cpu", "CPU default: the dense 9-9-1 baseline on SmolLM2-135M; "
+          f"greedy; {budgets}.", cpu, a, t, CPU_SAMPLING, "all-minilm-l6-v2")
 
 
 if __name__ == "__main__":

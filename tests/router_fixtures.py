@@ -324,8 +324,10 @@ def tree_config(
     chunk_policy: str = "adaptive",
     chunk_tokens: int = 32,
     incremental: bool = True,
+    min_chunk_tokens: int = 4,
 ):
-    """A shipped CPU tree config with test-sized outputs."""
+    """A shipped CPU tree config with test-sized outputs (every agent's own length budget
+    replaced by `max_new_tokens`)."""
     from router.config import IncrementalPrefill, Sampling
     from router.config_loader import load_config
 
@@ -333,9 +335,13 @@ def tree_config(
     return cfg.model_copy(
         update={
             "sampling": Sampling(max_new_tokens=max_new_tokens, temperature=0.0),
+            "agents": [a.model_copy(update={"sampling": Sampling()}) for a in cfg.agents],
             "slot_order": slot_order,
             "incremental_prefill": IncrementalPrefill(
-                enabled=incremental, chunk_policy=chunk_policy, chunk_tokens=chunk_tokens
+                enabled=incremental,
+                chunk_policy=chunk_policy,
+                chunk_tokens=chunk_tokens,
+                min_chunk_tokens=min_chunk_tokens,
             ),
         }
     )
