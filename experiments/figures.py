@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 from experiments.results import ResultRow
 from experiments.summary import SettingSummary, per_sample_ratios, summarize
 from experiments.summary_table import setting_label
+from experiments.timeline import plot_timeline
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +197,8 @@ def write_figures(rows: Sequence[ResultRow], run_dir: str | Path, dpi: int = 150
         return []
     written = [plot_latency_accuracy(rows, run_dir / "fig_latency_accuracy.png", dpi),
                plot_activation(rows, run_dir / "fig_activation_ee.png", dpi),
-               plot_latency_cdf(rows, run_dir / "fig_latency_cdf.png", dpi)]
+               plot_latency_cdf(rows, run_dir / "fig_latency_cdf.png", dpi),
+               plot_timeline(rows, run_dir / "fig_timeline.png", dpi)]
     return [p for p in written if p is not None]
 
 

@@ -14,12 +14,14 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.critical_path import median_breakdown, overlap_gain
 from experiments.results import ResultRow, read_results
 from router.early_exit import activation_percentage
 
 log = logging.getLogger(__name__)
 
 REFERENCE_SETTINGS = (1, 2)
+BLOCKING_REFERENCE = 2  # the tree in blocking mode: what pipelined settings are measured against
 
 
 @dataclass(slots=True)
@@ -50,6 +52,10 @@ class SettingSummary:
     cached_token_ratio: float | None = None  # Σ cached / Σ prompt over agents with a precursor
     config: str | None = None
     chunk_policy: str | None = None
+    # Median seconds per part of the critical path (experiments/critical_path.py).
+    critical_path_s: dict[str, float] | None = None
+    # Pipelined settings: what overlap could save against blocking (#2) and what it saved.
+    overlap_gain: dict | None = None
 
 
 def per_sample_ratios(rows: Sequence[ResultRow], dataset: str, setting: int,
@@ -124,7 +130,22 @@ def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int) -> 
                             if prompt else None),
         config=_single({r.config for r in mine}, "config", dataset, setting),
         chunk_policy=_single({r.chunk_policy for r in mine}, "chunk_policy", dataset, setting),
+        critical_path_s=median_breakdown(ok),
+        overlap_gain=_overlap_gain(rows, mine, dataset, setting),
     )
+
+
+def _overlap_gain(rows: Sequence[ResultRow], mine: Sequence[ResultRow], dataset: str,
+                  setting: int) -> dict | None:
+    """Against setting #2 (tree, blocking), for a pipelined setting."""
+    if setting == BLOCKING_REFERENCE or not any(r.mode == "pipelined" for r in mine):
+        return None
+    gain = overlap_gain(rows, dataset, setting, BLOCKING_REFERENCE)
+    if gain is None:
+        return None
+    return {"vs_setting": BLOCKING_REFERENCE, "questions": gain.questions,
+            "possible_s": gain.possible_s, "realized_s": gain.realized_s,
+            "realized_over_possible": gain.realized_over_possible}
 
 
 def summarize(rows: Sequence[ResultRow]) -> list[SettingSummary]:
@@ -143,6 +164,14 @@ def summary_document(summaries: Sequence[SettingSummary], source: str) -> dict:
         "activation_pct": (
             "per model: % of its planned agent runs (samples x its agents) that completed and "
             "were not killed by early exit; failed rows left out"),
+        "critical_path_s": (
+            "median seconds per part of the critical path (final agent back through the "
+            "precursor that ended last): leaf_prefill (leaf request to first token), "
+            "exposed_prefill (successors' final request to first token), decode, other"),
+        "overlap_gain": (
+            "pipelined settings vs #2 over paired questions: possible_s = sum of #2's exposed "
+            "prefill on its critical path (what perfect overlap could save), realized_s = sum of "
+            "e2e(#2) - e2e(this)"),
         "settings": [asdict(s) for s in summaries],
     }
 

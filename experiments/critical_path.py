@@ -1,0 +1,97 @@
+"""Where a question's time goes: its critical path through the agent graph and the breakdown of
+that path, and how much of what overlap could save a pipelined setting did save.
+
+The critical path runs back from the final agent: a successor's final request waits for the
+precursor that ended last, so that precursor is on the path, and so on down to a leaf. Along it:
+- `leaf_prefill`: the leaf's request until its first token (prompt prefill, KV transfer);
+- `exposed_prefill`: each successor's final request until its first token: the prefill the
+  precursors' decoding did not hide (queue wait, the un-warmed part, KV transfer);
+- `decode`: first token to end, for every agent on the path;
+- `other`: the rest (router work between a precursor's end and its successor's request).
+
+The possible gain of overlap on a question is blocking's exposed prefill on its critical path:
+blocking's end-to-end time minus that is what a perfect overlap could reach. The realized gain is
+blocking's e2e minus pipelined's, paired per question. Called by summary.py and the timeline.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from experiments.results import AgentTrace, ResultRow
+
+PARTS = ("leaf_prefill", "exposed_prefill", "decode", "other")
+
+
+def critical_path(agents: dict[str, AgentTrace], final: str) -> list[str]:
+    """Agent ids from the leaf that started the path to `final`."""
+    path = [final]
+    while (order := agents[path[-1]].slot_order):
+        ran = [a for a in order if a in agents and agents[a].end_s is not None]
+        if not ran:
+            break
+        path.append(max(ran, key=lambda a: agents[a].end_s))
+    return path[::-1]
+
+
+def final_agent(row: ResultRow) -> str | None:
+    """The agent the answer came from: the deepest layer's (the one nobody reads)."""
+    read = {p for a in row.agents.values() for p in a.slot_order}
+    sinks = [a for a in row.agents if a not in read]
+    return max(sinks, key=lambda a: row.agents[a].layer or 0) if sinks else None
+
+
+def breakdown(row: ResultRow) -> dict[str, float] | None:
+    """Seconds of each PART on the row's critical path; None when the trace lacks the times."""
+    final = final_agent(row)
+    if final is None:
+        return None
+    path = critical_path(row.agents, final)
+    parts = dict.fromkeys(PARTS, 0.0)
+    for agent_id in path:
+        a = row.agents[agent_id]
+        if None in (a.final_request_s, a.first_token_s, a.end_s):
+            return None
+        prefill = a.first_token_s - a.final_request_s
+        parts["exposed_prefill" if a.slot_order else "leaf_prefill"] += prefill
+        parts["decode"] += a.end_s - a.first_token_s
+    parts["other"] = max(0.0, row.e2e_s - sum(parts.values()))
+    return parts
+
+
+@dataclass(slots=True)
+class OverlapGain:
+    """Pipelined setting vs its blocking reference over the questions both ran without error."""
+
+    questions: int
+    possible_s: float  # Σ blocking's exposed prefill on its critical path
+    realized_s: float  # Σ (blocking e2e - pipelined e2e)
+
+    @property
+    def realized_over_possible(self) -> float | None:
+        return self.realized_s / self.possible_s if self.possible_s > 0 else None
+
+
+def overlap_gain(rows: Sequence[ResultRow], dataset: str, pipelined: int,
+                 blocking: int) -> OverlapGain | None:
+    by_key = {(r.sample_id, r.setting): r for r in rows if r.dataset == dataset and r.ok}
+    possible, realized, n = 0.0, 0.0, 0
+    for (sid, s), piped in by_key.items():
+        base = by_key.get((sid, blocking))
+        if s != pipelined or base is None or (parts := breakdown(base)) is None:
+            continue
+        possible += parts["exposed_prefill"]
+        realized += base.e2e_s - piped.e2e_s
+        n += 1
+    return OverlapGain(n, possible, realized) if n else None
+
+
+def median_breakdown(rows: Sequence[ResultRow]) -> dict[str, float] | None:
+    """Per PART, the median over rows of its seconds on the critical path."""
+    parts = [b for r in rows if r.ok and (b := breakdown(r)) is not None]
+    if not parts:
+        return None
+    return {k: float(np.median([p[k] for p in parts])) for k in PARTS}

@@ -1,0 +1,86 @@
+"""Per-question timeline (issue: "where the time goes"): one panel per setting for the same
+question, one row per agent, showing when it waited for its precursors, its warm-ups, its exposed
+prefill (request to first token) and its decoding, with the critical path marked. Written by
+`moa-pd plot` as `fig_timeline.png`; `timeline_figure` for other callers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from matplotlib.figure import Figure
+from matplotlib.patches import Patch
+
+from experiments.critical_path import critical_path, final_agent
+from experiments.results import ResultRow
+from experiments.summary_table import setting_label
+
+COLORS = {"wait": "#e8e8e8", "prefill": "#dd8452", "decode": "#4c72b0", "warmup": "#55a868"}
+CRITICAL = "#c44e52"
+
+
+def pick_question(rows: Sequence[ResultRow]) -> str | None:
+    """The first question every setting of the run answered without error and with times."""
+    settings = {r.setting for r in rows}
+    ok: dict[str, set[int]] = {}
+    for r in rows:
+        if r.ok and r.agents and all(a.end_s is not None for a in r.agents.values()):
+            ok.setdefault(r.sample_id, set()).add(r.setting)
+    return next((sid for sid, s in ok.items() if s == settings), None)
+
+
+def timeline_figure(rows: Sequence[ResultRow], sample_id: str) -> Figure:
+    mine = sorted((r for r in rows if r.sample_id == sample_id and r.ok), key=lambda r: r.setting)
+    agents = sorted(mine[0].agents, key=lambda a: (mine[0].agents[a].layer or 0, a), reverse=True)
+    span = max(r.e2e_s for r in mine)
+    fig = Figure(figsize=(11, 0.9 + 0.28 * len(agents) * len(mine)))
+    axes = fig.subplots(len(mine), 1, sharex=True, squeeze=False)[:, 0]
+    for ax, row in zip(axes, mine):
+        _draw(ax, row, agents)
+        ax.set_xlim(0, span * 1.02)
+        ax.set_title(f"{setting_label(row.setting)}: {row.e2e_s:.1f} s", fontsize=9, loc="left")
+    axes[-1].set_xlabel("seconds since the question started")
+    legend = [Patch(color=c, label=k) for k, c in COLORS.items()]
+    legend.append(Patch(facecolor="white", edgecolor=CRITICAL, label="critical path"))
+    fig.legend(handles=legend, loc="upper right", ncol=5, fontsize=8, frameon=False)
+    fig.suptitle(f"{mine[0].dataset} {sample_id}", fontsize=10, x=0.01, ha="left")
+    fig.tight_layout(rect=(0, 0, 1, 0.97))
+    return fig
+
+
+def _draw(ax, row: ResultRow, order: list[str]) -> None:
+    final = final_agent(row)
+    path = set(critical_path(row.agents, final)) if final else set()
+    for y, agent_id in enumerate(order):
+        a = row.agents.get(agent_id)
+        if a is None or a.end_s is None:
+            continue
+        request = a.final_request_s if a.final_request_s is not None else a.start_s or 0.0
+        first = a.first_token_s if a.first_token_s is not None else a.end_s
+        edge = CRITICAL if agent_id in path else "none"
+        bars = [((a.start_s or 0.0, request - (a.start_s or 0.0)), COLORS["wait"]),
+                ((request, first - request), COLORS["prefill"]),
+                ((first, a.end_s - first), COLORS["decode"])]
+        for (x, w), color in bars:
+            if w > 0:
+                ax.broken_barh([(x, w)], (y - 0.35, 0.7), facecolors=color, edgecolor=edge,
+                               linewidth=1.2)
+        for sent, replied, *_ in a.warmup_spans:
+            ax.broken_barh([(sent, max(replied - sent, 0.02))], (y - 0.15, 0.3),
+                           facecolors=COLORS["warmup"])
+    ax.set_yticks(range(len(order)), order, fontsize=7)
+    for label in ax.get_yticklabels():
+        if label.get_text() in path:
+            label.set_color(CRITICAL)
+    ax.set_ylim(-0.6, len(order) - 0.4)
+
+
+def plot_timeline(rows: Sequence[ResultRow], path: str | Path, dpi: int = 150) -> Path | None:
+    """The timeline of one question every setting ran; None when there is none."""
+    sample_id = pick_question(rows)
+    if sample_id is None:
+        return None
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    timeline_figure(rows, sample_id).savefig(path, dpi=dpi, bbox_inches="tight")
+    return path
