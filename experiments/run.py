@@ -36,6 +36,7 @@ class RunSpec:
     resume: bool = False
     fail_fast: bool = False
     backend: str = "torch"
+    pin_cpus: bool = False  # when the run brings its own deployment up
 
 
 class FailFast(RuntimeError):
@@ -178,7 +179,8 @@ def run_experiment(spec: RunSpec) -> list[Path]:
         from launch.commands import bring_up, make_stack
 
         configs = [spec.tree_config] + ([spec.dense_config] if spec.dense_config else [])
-        stack = make_stack(configs, spec.backend, spec.out_dir / "deployment", "127.0.0.1")
+        stack = make_stack(configs, spec.backend, spec.out_dir / "deployment", "127.0.0.1",
+                           spec.pin_cpus)
         try:
             cluster = bring_up(stack)
             asyncio.run(run_async(spec, cluster))

@@ -11,6 +11,8 @@ from experiments.settings import parse_settings
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
+    from launch.commands import add_pin_cpus
+
     p.add_argument("--config", required=True, help="the tree topology (settings 2-4)")
     p.add_argument("--dense-config", help="the dense all-to-all topology (setting 1 only)")
     p.add_argument("--dataset", required=True,
@@ -24,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=["torch", "sglang"], default="torch")
     p.add_argument("--resume", action="store_true", help="skip (sample, setting) rows already done")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed sample")
+    add_pin_cpus(p)
 
 
 def main(args: argparse.Namespace) -> int:
@@ -38,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
         spec = RunSpec(args.config, args.dense_config, args.dataset, args.num_samples, settings,
                        args.concurrency, Path(args.out),
                        Path(args.cluster) if args.cluster else None, args.resume,
-                       args.fail_fast, args.backend)
+                       args.fail_fast, args.backend, args.pin_cpus)
         written = run_experiment(spec)
     except ValueError as e:
         console.print(f"[red]error:[/red] {e}")

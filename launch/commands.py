@@ -20,7 +20,8 @@ def default_run_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
 
-def make_stack(config_names: list[str], backend: str, run_dir: Path, host: str) -> Stack:
+def make_stack(config_names: list[str], backend: str, run_dir: Path, host: str,
+               pin_cpus: bool = False) -> Stack:
     paths = [str(resolve_config_path(c)) for c in config_names]
     configs = [load_config(p) for p in paths]
     gpu_ids = None
@@ -30,7 +31,7 @@ def make_stack(config_names: list[str], backend: str, run_dir: Path, host: str) 
         n = sum(m.workers.prefill + m.workers.decode
                 for m in {k: v for c in configs for k, v in c.models.items()}.values())
         gpu_ids = assign_gpus(n, free_memory_by_gpu())
-    return Stack(configs, paths, backend, run_dir, host=host, gpu_ids=gpu_ids)
+    return Stack(configs, paths, backend, run_dir, host=host, gpu_ids=gpu_ids, pin_cpus=pin_cpus)
 
 
 def bring_up(stack: Stack) -> dict:
@@ -47,7 +48,7 @@ def bring_up(stack: Stack) -> dict:
 
 def _cmd_up(args: argparse.Namespace) -> int:
     stack = make_stack(args.config, args.backend, Path(args.run_dir or default_run_dir()),
-                       args.host)
+                       args.host, args.pin_cpus)
     try:
         cluster = bring_up(stack)
     except LaunchError as e:
@@ -79,6 +80,12 @@ def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
 
 
+def add_pin_cpus(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pin-cpus", action="store_true",
+                   help="pin each worker to its own CPU cores (prefill from the first core, "
+                        "decode from the last), as separate GPUs would keep them apart")
+
+
 def _cmd_down(args: argparse.Namespace) -> int:
     try:
         names = down_run_dir(Path(args.run_dir))
@@ -98,6 +105,7 @@ def register(sub) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--detach", action="store_true",
                    help="return once healthy, leave the processes running")
+    add_pin_cpus(p)
     p.set_defaults(func=_cmd_up)
 
     p = sub.add_parser("down", help="stop what `moa-pd up --detach` started")

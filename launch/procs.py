@@ -30,6 +30,8 @@ class ProcSpec:
     health_url: str | None
     env: dict[str, str] = field(default_factory=dict)
     ports: list[int] = field(default_factory=list)
+    # CPU cores the process (and every thread it starts) may run on; None: wherever the OS likes.
+    cpus: list[int] | None = None
 
 
 @dataclass(slots=True)
@@ -77,8 +79,28 @@ def start(spec: ProcSpec, log_dir: Path) -> Proc:
         # without touching anything else, and Ctrl-C in our terminal reaches only us.
         popen = subprocess.Popen(spec.argv, stdout=out, stderr=subprocess.STDOUT, env=env,
                                  stdin=subprocess.DEVNULL, start_new_session=True)
+    if spec.cpus:
+        # Popen returns once the child has exec'd: it is a single thread starting Python, and
+        # every thread it starts later (torch, NIXL, HTTP) inherits this mask.
+        os.sched_setaffinity(popen.pid, spec.cpus)
     log.info("started %s (pid %d), log %s", spec.name, popen.pid, log_path)
     return Proc(spec, popen, log_path)
+
+
+def plan_cpus(roles: list[str], cores: list[int] | None = None) -> list[list[int]]:
+    """Cores for workers of the given roles ("prefill"/"decode"), as separate GPUs would keep
+    them: prefill workers take cores from the front, decode workers from the back, each its own
+    core while there are enough, else sharing round-robin. The rest of the deployment (routers)
+    is not pinned."""
+    cores = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    prefill = [i for i, r in enumerate(roles) if r == "prefill"]
+    decode = [i for i, r in enumerate(roles) if r != "prefill"]
+    out: list[list[int]] = [[] for _ in roles]
+    for k, i in enumerate(prefill):
+        out[i] = [cores[k % len(cores)]]
+    for k, i in enumerate(decode):
+        out[i] = [cores[-1 - k % len(cores)]]
+    return out
 
 
 def healthy(url: str, timeout: float = 2.0) -> bool:

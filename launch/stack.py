@@ -17,6 +17,7 @@ from launch.procs import (
     Proc,
     ProcSpec,
     free_port,
+    plan_cpus,
     port_in_use,
     process_start_ticks,
     start,
@@ -90,11 +91,14 @@ def resolve_model(spec: ModelSpec, backend: str) -> tuple[str, str]:
 class Stack:
     def __init__(self, configs: list[TopologyConfig], config_paths: list[str], backend: str,
                  run_dir: Path, host: str = "127.0.0.1", gpu_ids: list[int] | None = None,
-                 startup_timeout_s: float = 600.0):
+                 startup_timeout_s: float = 600.0, pin_cpus: bool = False):
         self.configs, self.config_paths = configs, config_paths
         self.backend, self.run_dir, self.host = backend, Path(run_dir), host
         self.gpu_ids = gpu_ids
         self.startup_timeout_s = startup_timeout_s
+        # Each worker on its own cores (launch.procs.plan_cpus), so a prefill and a decode
+        # worker contend as little as on separate GPUs.
+        self.pin_cpus = pin_cpus
         self.procs: list[Proc] = []
         self.models: dict[str, ModelPlan] = {}
         self.shell_router_port = 0
@@ -125,6 +129,12 @@ class Stack:
                 specs.append(ProcSpec(f"{m.name}.{role}{i}", argv,
                                       f"http://{self.host}:{port}/health",
                                       ports=[port] + ([bport] if bport else [])))
+        if self.pin_cpus:
+            roles = [s.name.rsplit(".", 1)[1].rstrip("0123456789") for s in specs]
+            for spec, cpus in zip(specs, plan_cpus(roles)):
+                spec.cpus = cpus
+                # SGLang's CPU engine binds its OpenMP threads by this variable.
+                spec.env["SGLANG_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
         return specs
 
     def router_specs(self) -> list[ProcSpec]:
