@@ -156,7 +156,11 @@ def main() -> None:
               "Qwen3-VL 4B/8B/32B; layer-2 aggregators 8B, root 32B." + how,
               gpu_models(hetero), a, t, GPU_SAMPLING, GPU_EMBEDDING, dmv)
 
-    cpu = {"smollm2": {"model_path": "smollm2-135m"}}
+    # Prefill forwards of at most 512 tokens: between forwards the engine answers finished
+    # prefills (which the native sglang-router awaits before it streams decode's tokens) and
+    # admits critical requests, so neither waits behind one long batch on a CPU core.
+    cpu_args = {"torch": {"max_prefill_tokens": 512, "chunked_prefill_size": 512}}
+    cpu = {"smollm2": {"model_path": "smollm2-135m", "server_args": cpu_args}}
     budgets = "leaves of a cluster capped at 48/96/160 new tokens (as 4B/8B/32B), others at 96"
     a, t = tree(1, ["smollm2"] * 3, "smollm2", "smollm2", CPU_LEAF_BUDGETS)
     write("tree_3_1_cpu", f"CPU default: 3 SmolLM2-135M proposers, 1 aggregator; greedy; {budgets}.",

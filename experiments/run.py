@@ -74,15 +74,27 @@ def result_row(q: Question, setting: Setting, config: str, graph: dict | None,
     }
 
 
-async def _flush_worker_caches(client: RouterClient, cluster: dict) -> None:
-    """Empty every worker's prefix cache so no setting profits from the one before it."""
+class FlushFailed(RuntimeError):
+    """A worker did not empty its prefix cache: the next measurement would not be cold."""
+
+
+async def flush_worker_caches(client: RouterClient, cluster: dict) -> None:
+    """Empty every worker's prefix cache so no setting profits from the one before it (and a
+    wrong warm-up KV cannot hide behind another run's fresh computation); raise FlushFailed
+    naming the workers that did not."""
+    failed = []
     for model in cluster["models"].values():
         for url in model["prefill_urls"] + model["decode_urls"]:
             try:
-                await client.post_json(f"{url}/flush_cache", {})
+                status = await client.post_json(f"{url}/flush_cache", {})
             except (aiohttp.ClientError, TimeoutError) as e:
-                # A cold cache is for fair timing, not correctness: warn and go on.
-                log.warning("flush_cache on %s failed: %s", url, e)
+                failed.append(f"{url} ({type(e).__name__}: {e})")
+                continue
+            if status != 200:
+                failed.append(f"{url} (HTTP {status})")
+    if failed:
+        raise FlushFailed("flush_cache failed on " + ", ".join(failed)
+                          + "; a sample measured on a warm cache would not be comparable")
 
 
 async def _run_setting(client: RouterClient, spec: RunSpec, setting: Setting,
@@ -116,6 +128,18 @@ async def _run_setting(client: RouterClient, spec: RunSpec, setting: Setting,
         await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def _record_failed(spec: RunSpec, setting: Setting, questions: list[Question], error: str,
+                   writer, bar: tqdm, stats: dict) -> None:
+    """Rows for questions that could not be measured (their error says why)."""
+    config = Path(config_for(spec, setting)).stem
+    for q in questions:
+        row = result_row(q, setting, config, None, error, 0.0)
+        writer.append(row)
+        _update_bar(bar, stats, setting, row)
+    if spec.fail_fast:
+        raise FailFast(f"setting {setting.number}: {error}")
+
+
 def _update_bar(bar: tqdm, stats: dict, setting: Setting, row: dict) -> None:
     s = stats.setdefault(setting.number, {"correct": 0, "graded": 0, "lat": [], "err": 0})
     if row["error"]:
@@ -145,7 +169,11 @@ async def run_async(spec: RunSpec, cluster: dict) -> None:
     async with RouterClient(cluster["shell_router_url"]) as client:
         with tqdm(total=total, desc="questions x settings", unit="run") as bar:
             for setting, batch in _schedule(spec, questions, todo):
-                await _flush_worker_caches(client, cluster)
+                try:
+                    await flush_worker_caches(client, cluster)
+                except FlushFailed as e:
+                    _record_failed(spec, setting, batch, str(e), writer, bar, stats)
+                    continue
                 await _run_setting(client, spec, setting, batch, writer, bar, stats)
 
 

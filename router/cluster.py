@@ -75,6 +75,9 @@ class ClusterSpec(_Tolerant):
     # The workers were started with --enable-priority-scheduling: the router then sends SGLang's
     # `priority` field (critical above warm-ups) as a second line behind its own PrefillGate.
     priority_scheduling: bool = False
+    # The router's own isolation of warm-ups (router/prefill_gate.py); off only to measure what
+    # it buys (experiments/bench_overlap.py --ladder).
+    warmup_gate: bool = True
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:

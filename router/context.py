@@ -44,6 +44,7 @@ class RouterContext:
                 cluster.warmup_verb,
                 random.Random(rng.random()),
                 (P.PRIORITY_CRITICAL, P.PRIORITY_WARMUP) if cluster.priority_scheduling else None,
+                gate=cluster.warmup_gate,
             )
             for name, spec in cluster.models.items()
         }

@@ -74,13 +74,16 @@ class Deployment:
         warmup_verb: str,
         rng: random.Random | None = None,
         priorities: tuple[int, int] | None = None,
+        gate: bool = True,
     ) -> None:
         """`priorities` = (critical, warm-up) values of SGLang's `priority` field, sent only
         when the workers schedule by priority (else SGLang may refuse the field)."""
         self.name, self.spec, self._client, self._t = name, spec, client, timeouts
         self._warmup_verb = warmup_verb
         self._priorities = priorities
-        self._gates = [PrefillGate() for _ in spec.prefill_urls]
+        # Without the gate (measurements only) nothing waits: any number of warm-ups in flight.
+        cap = 1 if gate else 1 << 30
+        self._gates = [PrefillGate(cap, enforce_critical=gate) for _ in spec.prefill_urls]
         self._rng = rng or random.Random()
         self._decode_rr = itertools.cycle(range(len(spec.decode_urls)))
         slots = [(i, r) for i in range(len(spec.prefill_urls)) for r in range(spec.prefill_dp_size)]

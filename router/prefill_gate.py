@@ -39,13 +39,13 @@ class CriticalHold:
 
 
 class PrefillGate:
-    def __init__(self, max_warmups_in_flight: int = 1) -> None:
+    def __init__(self, max_warmups_in_flight: int = 1, enforce_critical: bool = True) -> None:
         self.max_warmups_in_flight = max_warmups_in_flight
+        # False only to measure what the gate buys: critical holds are counted, never waited for.
+        self.enforce_critical = enforce_critical
         self._critical = 0
         self._warmups = 0
         self._waiters: list[asyncio.Future] = []
-        # Counters for the trace and metrics: how often a warm-up had to wait, and for how long.
-        self.held_s = 0.0
 
     @property
     def critical(self) -> int:
@@ -56,7 +56,8 @@ class PrefillGate:
         return self._warmups
 
     def is_open(self) -> bool:
-        return self._critical == 0 and self._warmups < self.max_warmups_in_flight
+        clear = self._critical == 0 or not self.enforce_critical
+        return clear and self._warmups < self.max_warmups_in_flight
 
     def try_enter(self) -> bool:
         """Take a warm-up slot if the gate is open; pair with `leave`."""

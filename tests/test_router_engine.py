@@ -32,6 +32,11 @@ def wait_idle(urls: list[str], timeout: float = 20) -> dict[str, int]:
         time.sleep(0.2)
 
 
+def flush(stack) -> None:
+    for url in (stack.prefill.url, stack.decode.url):
+        assert requests.post(url + "/flush_cache", timeout=10).status_code == 200
+
+
 # Kept small: the 2-core CI box decodes SmolLM2 at a few tokens/s per stream under load.
 @pytest.mark.parametrize(
     "tree,slot_order,n_tokens,questions",
@@ -48,8 +53,12 @@ async def test_greedy_pipelined_equals_blocking_on_the_engine(
     cfg = tree_config(tree, max_new_tokens=n_tokens, slot_order=slot_order)
     async with RouterContext.open(stack_cluster(stack)) as ctx:
         for q in questions:
+            # Cold caches, pipelined first: a wrong warm-up KV cannot hide behind blocking's
+            # fresh computation of the same prefix.
+            flush(stack)
             piped = await Session(ctx, cfg, q, "pipelined").run_all()
             orders = {a: t["slot_order"] for a, t in piped.trace.items() if t["slot_order"]}
+            flush(stack)
             blocked = await Session(ctx, cfg, q, "blocking", slot_orders=orders).run_all()
             for agent, t in piped.trace.items():
                 b = blocked.trace[agent]
@@ -118,3 +127,26 @@ async def test_cancelled_question_leaves_no_requests(stack):
         stack.prefill.url: 0,
         stack.decode.url: 0,
     }
+
+
+async def test_no_warmup_starts_while_a_critical_prefill_is_outstanding(stack):
+    """The PrefillGate on real processes: every warm-up of a 9-3-1 question was sent outside
+    every critical prefill on the (one) prefill worker: a leaf's request until its first token,
+    a successor's final request until its prefill reply or first token. Without the gate the
+    static prefixes go out at once, while the leaves' prompts are still being prefilled."""
+    cfg = tree_config("tree_9_3_1_cpu", max_new_tokens=12)
+    flush(stack)
+    async with RouterContext.open(stack_cluster(stack)) as ctx:
+        trace = (await Session(ctx, cfg, QUESTIONS[0], "pipelined").run_all()).trace
+    critical = []
+    for t in trace.values():
+        ends = [x for x in (t["prefill_reply_s"], t["first_token_s"]) if x is not None]
+        critical.append((t["final_request_s"], min(ends)))
+    warmups = [span[0] for t in trace.values() for span in t["warmup_spans"]]
+    assert len(warmups) >= 4  # every successor's static prefix, and more
+    for sent in warmups:
+        inside = [(a, b) for a, b in critical if a < sent < b]
+        assert not inside, f"warm-up sent at {sent:.3f}s during critical prefill(s) {inside}"
+    # The leaves' prompts went first: no warm-up before the last leaf's first token.
+    leaves_first = max(t["first_token_s"] for t in trace.values() if not t["slot_order"])
+    assert min(warmups) >= leaves_first

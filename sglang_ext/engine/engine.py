@@ -247,10 +247,12 @@ class Engine:
 
     def flush_cache(self) -> bool:
         """Drop the radix cache; refused (False) while anything is live or queued (a request's
-        pages may be locked in the tree or still being sent), as SGLang does."""
-        if self.sched.cache is None or self.reqs or self._pending():
+        pages may be locked in the tree or still being sent), as SGLang does. A worker without
+        one (decode) has nothing to flush and succeeds when idle, as SGLang's does."""
+        if self.reqs or self._pending():
             return False
-        self.sched.cache.reset()
+        if self.sched.cache is not None:
+            self.sched.cache.reset()
         return True
 
 

@@ -213,8 +213,7 @@ async def flush_cache(request: web.Request) -> web.Response:
         return web.Response(text="Cache flushed.\n")
     return error(
         400,
-        "cache not flushed: requests are running or queued (or this worker keeps "
-        "no radix cache); retry when idle",
+        "cache not flushed: requests are running or queued; retry when idle",
     )
 
 

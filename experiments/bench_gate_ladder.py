@@ -1,0 +1,158 @@
+"""The warm-up isolation ladder (issue 11, item 1): how much each line of defence buys, on whole
+questions. One worker deployment started with `--enable-priority-scheduling`, three shell routers
+over it, and per question (order rotated, cold caches each time):
+
+- `#2`: blocking (no warm-ups), the reference;
+- `equal`: pipelined, no gate, no priority field (every request equal, FIFO on the worker);
+- `priority`: pipelined, no gate, warm-ups sent with a lower SGLang `priority`;
+- `gate`: pipelined, the router's PrefillGate plus priority (the default deployment).
+
+Reports, per rung, the leaves' first-token time (the last leaf's) and end-to-end latency as
+medians of per-question ratios to #2. Writes OUT/ladder.jsonl and OUT/bench_gate_ladder.md.
+
+    OMP_NUM_THREADS=1 python -m experiments.bench_gate_ladder --num-samples 6 --offset 400 \
+        --out runs/bench_ladder
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from experiments.bench_overlap import log, median_ci
+from experiments.datasets import load_questions
+from experiments.prompts import build_question_prompt
+from experiments.router_client import RouterClient
+from experiments.run import flush_worker_caches
+from launch.commands import bring_up, make_stack
+from launch.procs import ProcSpec, free_port, start, stop_group, wait_healthy
+from router.config_loader import config_from_dict, resolve_config_path
+
+RUNGS = {  # name: (mode, cluster overrides)
+    "#2": ("blocking", {"warmup_gate": True, "priority_scheduling": True}),
+    "equal": ("pipelined", {"warmup_gate": False, "priority_scheduling": False}),
+    "priority": ("pipelined", {"warmup_gate": False, "priority_scheduling": True}),
+    "gate": ("pipelined", {"warmup_gate": True, "priority_scheduling": True}),
+}
+
+
+def priority_config(config: str, out: Path) -> Path:
+    """A copy of `config` whose torch workers schedule by priority."""
+    src = resolve_config_path(config)
+    raw = json.loads(src.read_text(encoding="utf-8"))
+    for model in raw["models"].values():
+        args = model.setdefault("server_args", {}).setdefault("torch", {})
+        args["enable_priority_scheduling"] = True
+    config_from_dict(raw, f"{src} with priority scheduling")
+    dest = out / "configs" / src.name
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
+    return dest
+
+
+def start_routers(cluster_path: Path, config: Path, out: Path) -> tuple[dict[str, str], list]:
+    """One shell router per rung's cluster variant; returns {rung: url} and the procs."""
+    base = json.loads(cluster_path.read_text())
+    urls, procs = {}, []
+    for rung, (_mode, overrides) in RUNGS.items():
+        path = out / f"cluster_{rung.strip('#')}.json"
+        path.write_text(json.dumps({**base, **overrides}, indent=1))
+        port = free_port()
+        argv = [sys.executable, "-m", "router", "--cluster", str(path), "--config",
+                str(config), "--port", str(port), "--log-level", "WARNING"]
+        procs.append(start(ProcSpec(f"router_{rung.strip('#')}", argv,
+                                    f"http://127.0.0.1:{port}/health"), out / "logs"))
+        urls[rung] = f"http://127.0.0.1:{port}"
+    wait_healthy(procs, 120)
+    return urls, procs
+
+
+async def run(cluster: dict, urls: dict[str, str], cfg_name: str, questions, out: Path):
+    rows = []
+    with (out / "ladder.jsonl").open("w") as f:
+        for i, q in enumerate(questions):
+            rungs = list(RUNGS)
+            rungs = rungs[i % len(rungs):] + rungs[:i % len(rungs)]
+            for rung in rungs:
+                async with RouterClient(urls[rung]) as client:
+                    await flush_worker_caches(client, cluster)
+                    t0 = time.perf_counter()
+                    g = await client.run_graph(build_question_prompt(q), q.id, cfg_name,
+                                               RUNGS[rung][0], False)
+                    e2e = time.perf_counter() - t0
+                leaves = [a for a in g["trace"].values() if not a["slot_order"]]
+                row = {"id": q.id, "rung": rung, "e2e_s": e2e,
+                       "leaf_first_token_s": max(a["first_token_s"] for a in leaves),
+                       "leaf_end_s": max(a["end_s"] for a in leaves)}
+                rows.append(row)
+                f.write(json.dumps(row) + "\n")
+                log(f"{q.id} {rung:9s} e2e {e2e:6.1f}s  last leaf first token "
+                    f"{row['leaf_first_token_s']:5.2f}s")
+    return rows
+
+
+def report(rows: list[dict], meta: dict) -> str:
+    by = {(r["id"], r["rung"]): r for r in rows}
+    ids = sorted({r["id"] for r in rows})
+    lines = [(f"### Warm-up isolation ladder: {meta['config']}, GSM8K {ids[0]}..{ids[-1]} "
+              f"({len(ids)} questions, CPU)"), "",
+             (f"Command: `{meta['command']}`; load average before {meta['load_before']}, "
+              f"after {meta['load_after']}."), "",
+             "| rung | leaves' first token ÷ #2, median [95% CI] | e2e ÷ #2, median [95% CI] |",
+             "|---|---|---|"]
+    for rung in RUNGS:
+        if rung == "#2":
+            continue
+        cells = []
+        for key in ("leaf_first_token_s", "e2e_s"):
+            xs = [by[(i, rung)][key] / by[(i, "#2")][key] for i in ids
+                  if (i, rung) in by and (i, "#2") in by]
+            m, lo, hi = median_ci(xs) if xs else (np.nan, np.nan, np.nan)
+            cells.append(f"{m:.3f} [{lo:.3f}, {hi:.3f}]")
+        lines.append(f"| {rung} | {cells[0]} | {cells[1]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="tree_9_3_1_cpu")
+    ap.add_argument("--num-samples", type=int, default=6)
+    ap.add_argument("--offset", type=int, default=0)
+    ap.add_argument("--out", default="runs/bench_ladder")
+    args = ap.parse_args()
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    config = priority_config(args.config, out)
+    questions = load_questions("gsm8k", args.offset + args.num_samples)[args.offset:]
+    load_before = os.getloadavg()
+    stack = make_stack([str(config)], "torch", out / "deploy", "127.0.0.1")
+    procs = []
+    try:
+        cluster = bring_up(stack)
+        urls, procs = start_routers(stack.cluster_path, config, out)
+        cfg_name = json.loads(config.read_text())["name"]
+        rows = asyncio.run(run(cluster, urls, cfg_name, questions, out))
+    finally:
+        for p in procs:
+            stop_group(p.pid)
+        stack.down()
+    meta = {"config": args.config,
+            "command": f"python -m experiments.bench_gate_ladder --num-samples "
+                       f"{args.num_samples} --offset {args.offset} --out {args.out}",
+            "load_before": " ".join(f"{x:.2f}" for x in load_before),
+            "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    text = report(rows, meta)
+    print(text)
+    (out / "bench_gate_ladder.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
