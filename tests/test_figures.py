@@ -21,10 +21,10 @@ def _titles(fig):
     return " ".join(ax.get_title() + " " + ax.get_ylabel() for ax in fig.axes)
 
 
-def test_write_figures_writes_three_readable_pngs(tmp_path):
+def test_write_figures_writes_four_readable_pngs(tmp_path):
     paths = figures.write_figures(_rows(n=6, errors=1), tmp_path, dpi=40)
     assert sorted(p.name for p in paths) == ["fig_activation_ee.png", "fig_latency_accuracy.png",
-                                             "fig_latency_cdf.png"]
+                                             "fig_latency_cdf.png", "fig_timeline.png"]
     for p in paths:
         img = mpimg.imread(p)
         assert img.shape[0] > 50 and img.shape[1] > 50
