@@ -139,9 +139,9 @@ class AgentRunner:
         """Stream one generate call into the APC; abort it on the workers if it did not end."""
         job = self.job
         apc, trace, clock = job.apc, job.trace, job.clock
-        reader = StreamReader(self.ctx.tokenizer(self.model))
         finished = False
         try:
+            reader = StreamReader(self.ctx.tokenizer(self.model))
             async for chunk in call.stream:
                 d = reader.feed(chunk)
                 if d.ids and trace.first_token_s is None:
@@ -150,6 +150,7 @@ class AgentRunner:
                 apc.append(job.agent_id, d.ids, d.logprobs, d.text)
             finished = True
         finally:
+            call.hold.release()  # whatever happened, this call no longer holds the gate
             if not finished:
                 await asyncio.shield(self.dep.abort(call))
         if (text := reader.final_text()) != apc[job.agent_id].text:
