@@ -43,8 +43,8 @@ def flush(stack) -> None:
     [
         ("tree_3_1_cpu", "template", 8, QUESTIONS),
         ("tree_3_1_cpu", "dynamic", 8, QUESTIONS[1:]),
-        ("tree_9_3_1_cpu", "template", 4, QUESTIONS[:1]),
-        ("tree_9_3_1_cpu", "dynamic", 4, QUESTIONS[1:]),
+        ("tree_9_3_1_cpu", "template", 10, QUESTIONS[:1]),
+        ("tree_9_3_1_cpu", "dynamic", 10, QUESTIONS[1:]),
     ],
 )
 async def test_greedy_pipelined_equals_blocking_on_the_engine(
@@ -65,8 +65,11 @@ async def test_greedy_pipelined_equals_blocking_on_the_engine(
                 assert t["output_ids"] and t["output_ids"] == b["output_ids"], (q, agent)
                 assert t["slot_order"] == b["slot_order"]
                 assert t["prompt_tokens"] == b["prompt_tokens"]
+            # A successor whose precursors all ended before the gate opened sends no warm-up
+            # (its final request supersedes them); those that were warmed hit their warm-ups.
             succ = [t for t in piped.trace.values() if t["slot_order"]]
-            assert all(t["warmups"] >= 1 and t["cached_tokens"] > 0 for t in succ)
+            assert any(t["warmups"] for t in succ)
+            assert all(t["cached_tokens"] > 0 for t in succ if t["warmups"])
     assert wait_idle([stack.prefill.url, stack.decode.url]) == {
         stack.prefill.url: 0,
         stack.decode.url: 0,
