@@ -104,7 +104,7 @@ class IncrementalPrefill(_Strict):
     # holds the prefill worker for a forward that a critical request may then wait behind; below
     # this many new tokens that cost buys too little. It also bounds the un-warmed tail the final
     # request pays for, so it trades warm-ups per successor against exposed prefill.
-    min_chunk_tokens: int = Field(default=64, gt=0)
+    min_chunk_tokens: int = Field(default=32, gt=0)
 
 
 class AggregatorBypass(_Strict):
