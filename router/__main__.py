@@ -9,7 +9,7 @@ import logging
 from aiohttp import web
 
 from router.cluster import load_cluster
-from router.config_loader import load_config
+from router.config_loader import load_configs_by_name
 from router.early_exit_hook import EarlyExitHooks
 from router.server import make_app
 
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> None:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     cluster = load_cluster(args.cluster)
-    configs = {c.name: c for c in (load_config(p) for p in args.config)}
+    configs = load_configs_by_name(args.config)
     # Early exit on by default; its embedding model loads on the first question that needs it.
     app = make_app(cluster, configs, early_exit_hook=EarlyExitHooks())
     # Cancel a handler when its client disconnects, so its agents and their worker requests stop.
