@@ -11,6 +11,7 @@ from aiohttp import web
 from router.cluster import load_cluster
 from router.config_loader import load_config
 from router.early_exit_hook import EarlyExitHooks
+from router.embedder import EmbedderError
 from router.server import make_app
 
 log = logging.getLogger("router")
@@ -34,8 +35,15 @@ def main(argv: list[str] | None = None) -> None:
     )
     cluster = load_cluster(args.cluster)
     configs = {c.name: c for c in (load_config(p) for p in args.config)}
-    # Early exit on by default; its embedding model loads on the first question that needs it.
-    app = make_app(cluster, configs, early_exit_hook=EarlyExitHooks())
+    # Early exit on by default. The embedding model of every served config is loaded and run once
+    # now: a broken one stops the router here (and `moa-pd up` with it), not inside a question.
+    hooks = EarlyExitHooks()
+    try:
+        hooks.check(configs.values())
+    except EmbedderError as e:
+        log.error("cannot serve early exit: %s", e)
+        raise SystemExit(2) from None
+    app = make_app(cluster, configs, early_exit_hook=hooks)
     # Cancel a handler when its client disconnects, so its agents and their worker requests stop.
     web.run_app(
         app,
