@@ -121,9 +121,10 @@ def plot_activation(rows: Sequence[ResultRow], path: str | Path, dpi: int = 150,
                     setting: int = 4) -> Path | None:
     """Fig. 4(i): per-model activation % per dataset and the early-exit overhead share, for the
     early-exit setting. None (nothing written) when no row of that setting exists."""
-    summaries: list[SettingSummary] = [s for s in summarize(rows) if s.setting == setting]
+    summaries: list[SettingSummary] = [s for s in summarize(rows)
+                                       if s.setting == setting and s.activation_pct]
     if not summaries:
-        log.info("no setting #%d rows: skipping the activation figure", setting)
+        log.info("no setting #%d row without an error: skipping the activation figure", setting)
         return None
     datasets = [s.dataset for s in summaries]
     models = sorted({m for s in summaries for m in s.activation_pct}, key=_natural)
@@ -194,6 +195,10 @@ def write_figures(rows: Sequence[ResultRow], run_dir: str | Path, dpi: int = 150
     run_dir = Path(run_dir)
     if not rows:
         log.warning("no results rows: no figures written")
+        return []
+    if not any(r.ok for r in rows):
+        log.warning("every results row failed (their errors are in summary.json): no figures "
+                    "written")
         return []
     written = [plot_latency_accuracy(rows, run_dir / "fig_latency_accuracy.png", dpi),
                plot_activation(rows, run_dir / "fig_activation_ee.png", dpi),

@@ -52,6 +52,24 @@ def config_for(spec: RunSpec, setting: Setting) -> str:
     return spec.tree_config
 
 
+def config_request(path: str, cluster: dict) -> tuple[str, str | dict]:
+    """(the config's `name`, what to send as the request's `config`). The shell router serves
+    its configs by `name`, whatever their file is called; when the deployment's own copy of
+    that name differs from this file (an edited copy, a sweep's chunk-policy variant), the file
+    goes inline instead, so the run measures exactly the config it was given."""
+    from router.config_loader import load_config, resolve_config_path
+
+    cfg = load_config(path)
+    for served_path in cluster.get("configs") or []:
+        try:
+            served = load_config(served_path)
+        except ValueError:  # moved or edited since the deployment started: cannot compare
+            continue
+        if served.name == cfg.name and served != cfg:
+            return cfg.name, json.loads(resolve_config_path(path).read_text(encoding="utf-8"))
+    return cfg.name, cfg.name
+
+
 def result_row(q: Question, setting: Setting, config: str, graph: dict | None,
                error: str | None, e2e_s: float) -> dict:
     """One results row. e2e_s is the runner's own clock around the whole-graph call."""
@@ -97,9 +115,9 @@ async def flush_worker_caches(client: RouterClient, cluster: dict) -> None:
                           + "; a sample measured on a warm cache would not be comparable")
 
 
-async def _run_setting(client: RouterClient, spec: RunSpec, setting: Setting,
+async def _run_setting(client: RouterClient, spec: RunSpec, cluster: dict, setting: Setting,
                        questions: list[Question], writer, bar: tqdm, stats: dict) -> None:
-    config = Path(config_for(spec, setting)).stem
+    config, ref = config_request(config_for(spec, setting), cluster)
     semaphore = asyncio.Semaphore(spec.concurrency)
 
     async def one(q: Question) -> None:
@@ -107,7 +125,7 @@ async def _run_setting(client: RouterClient, spec: RunSpec, setting: Setting,
             t0 = time.perf_counter()
             graph, error = None, None
             try:
-                graph = await client.run_graph(build_question_prompt(q), q.id, config,
+                graph = await client.run_graph(build_question_prompt(q), q.id, ref,
                                                setting.mode, setting.early_exit)
             except GraphRunError as e:
                 error = str(e)
@@ -131,7 +149,7 @@ async def _run_setting(client: RouterClient, spec: RunSpec, setting: Setting,
 def _record_failed(spec: RunSpec, setting: Setting, questions: list[Question], error: str,
                    writer, bar: tqdm, stats: dict) -> None:
     """Rows for questions that could not be measured (their error says why)."""
-    config = Path(config_for(spec, setting)).stem
+    config = config_request(config_for(spec, setting), {})[0]
     for q in questions:
         row = result_row(q, setting, config, None, error, 0.0)
         writer.append(row)
@@ -174,7 +192,7 @@ async def run_async(spec: RunSpec, cluster: dict) -> None:
                 except FlushFailed as e:
                     _record_failed(spec, setting, batch, str(e), writer, bar, stats)
                     continue
-                await _run_setting(client, spec, setting, batch, writer, bar, stats)
+                await _run_setting(client, spec, cluster, setting, batch, writer, bar, stats)
 
 
 def _schedule(spec: RunSpec, questions: list[Question],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import shlex
 from pathlib import Path
 
 from rich.console import Console
@@ -48,12 +49,40 @@ def main(args: argparse.Namespace) -> int:
         return 2
     except (LaunchError, FailFast) as e:
         console.print(f"[red]error:[/red] {e}")
-        console.print(f"rows written so far are kept in {args.out}/results.jsonl")
+        console.print(f"rows written so far are kept in {args.out}/results.jsonl; continue "
+                      f"with: {resume_command(args)}")
         return 1
     except KeyboardInterrupt:
-        console.print(f"interrupted; rows written so far are kept in {args.out}/results.jsonl "
-                      "(continue with --resume)")
+        console.print(f"interrupted; rows written so far are kept in {args.out}/results.jsonl; "
+                      f"continue with: {resume_command(args)}")
         return 130
     for path in written:
         console.print(f"wrote {path}")
-    return 0
+    return _report_failures(console, args)
+
+
+def resume_command(args: argparse.Namespace) -> str:
+    """The command line that continues this run (failed rows are retried)."""
+    argv = list(getattr(args, "argv", None) or [])
+    if not argv:
+        argv = ["run", "--config", args.config, "--dataset", args.dataset, "--out", args.out,
+                "--settings", args.settings]
+        argv += ["--dense-config", args.dense_config] if args.dense_config else []
+        argv += ["--cluster", args.cluster] if args.cluster else []
+    if "--resume" not in argv:
+        argv.append("--resume")
+    return shlex.join(["moa-pd", *argv])
+
+
+def _report_failures(console: Console, args: argparse.Namespace) -> int:
+    """1 (and what failed, and how to resume) when any row of the run folder failed, else 0."""
+    from experiments.results import read_results
+
+    rows = read_results(Path(args.out) / "results.jsonl")
+    failed = [r for r in rows if not r.ok]
+    if not failed:
+        return 0
+    console.print(f"[red]{len(failed)} of {len(rows)} rows failed[/red]; first error "
+                  f"({failed[0].sample_id}, setting {failed[0].setting}): {failed[0].error}")
+    console.print(f"retry the failed rows with: {resume_command(args)}")
+    return 1

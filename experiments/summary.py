@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -56,6 +57,9 @@ class SettingSummary:
     critical_path_s: dict[str, float] | None = None
     # Pipelined settings: what overlap could save against blocking (#2) and what it saved.
     overlap_gain: dict | None = None
+    # Each distinct error of the failed rows (first 300 characters) and how many rows had it, so
+    # a run where everything failed still says why.
+    error_messages: dict[str, int] = field(default_factory=dict)
 
 
 def per_sample_ratios(rows: Sequence[ResultRow], dataset: str, setting: int,
@@ -132,6 +136,7 @@ def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int) -> 
         chunk_policy=_single({r.chunk_policy for r in mine}, "chunk_policy", dataset, setting),
         critical_path_s=median_breakdown(ok),
         overlap_gain=_overlap_gain(rows, mine, dataset, setting),
+        error_messages=dict(Counter(r.error[:300] for r in mine if r.error).most_common()),
     )
 
 

@@ -16,7 +16,11 @@ def _cmd_validate(args: argparse.Namespace) -> int:
     from router.config_loader import load_config
 
     failed = 0
-    for path in args.configs:
+    paths = args.configs + (args.config or [])
+    if not paths:
+        print("error: name at least one config (a path or a cfgs/ name)", file=sys.stderr)
+        return 2
+    for path in paths:
         try:
             cfg = load_config(path)
         except ConfigError as e:
@@ -31,7 +35,11 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from launch.show import render_graph
     from router.config_loader import load_config
 
-    print(render_graph(load_config(args.config)))
+    if bool(args.config) == bool(args.config_opt):
+        print("error: name one config, as `moa-pd show CONFIG` or `--config CONFIG`",
+              file=sys.stderr)
+        return 2
+    print(render_graph(load_config(args.config or args.config_opt)))
     return 0
 
 
@@ -40,11 +48,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("validate", help="check topology configs without starting anything")
-    p.add_argument("configs", nargs="+", metavar="CONFIG", help="a cfgs/*.json path or a name")
+    p.add_argument("configs", nargs="*", metavar="CONFIG", help="a config file's path or a "
+                   "cfgs/ name")
+    p.add_argument("--config", action="append", help="a config (path or name), repeatable")
     p.set_defaults(func=_cmd_validate)
 
     p = sub.add_parser("show", help="print a topology's graph: layers, clusters, who reads whom")
-    p.add_argument("config", metavar="CONFIG")
+    p.add_argument("config", nargs="?", metavar="CONFIG", help="a config file's path or a name")
+    p.add_argument("--config", dest="config_opt", metavar="CONFIG", help="the same, as an option")
     p.set_defaults(func=_cmd_show)
 
     _add_optional_commands(sub)
@@ -67,6 +78,7 @@ def _add_optional_commands(sub) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    args.argv = list(sys.argv[1:] if argv is None else argv)  # for "resume with: ..." hints
     try:
         return args.func(args)
     except ConfigError as e:

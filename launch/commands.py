@@ -11,7 +11,7 @@ from rich.console import Console
 
 from launch.procs import LaunchError
 from launch.stack import Stack, down_run_dir
-from router.config_loader import load_config, resolve_config_path
+from router.config_loader import load_config, load_configs_by_name, resolve_config_path
 
 console = Console(stderr=True)
 
@@ -24,6 +24,7 @@ def make_stack(config_names: list[str], backend: str, run_dir: Path, host: str,
                pin_cpus: bool = False) -> Stack:
     paths = [str(resolve_config_path(c)) for c in config_names]
     configs = [load_config(p) for p in paths]
+    load_configs_by_name(paths)  # two different configs under one name: stop before starting
     gpu_ids = None
     if backend == "sglang":
         from launch.gpus import assign_gpus, free_memory_by_gpu

@@ -9,8 +9,9 @@ import logging
 from aiohttp import web
 
 from router.cluster import load_cluster
-from router.config_loader import load_config
+from router.config_loader import load_configs_by_name
 from router.early_exit_hook import EarlyExitHooks
+from router.embedder import EmbedderError
 from router.server import make_app
 
 log = logging.getLogger("router")
@@ -33,9 +34,16 @@ def main(argv: list[str] | None = None) -> None:
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     cluster = load_cluster(args.cluster)
-    configs = {c.name: c for c in (load_config(p) for p in args.config)}
-    # Early exit on by default; its embedding model loads on the first question that needs it.
-    app = make_app(cluster, configs, early_exit_hook=EarlyExitHooks())
+    configs = load_configs_by_name(args.config)
+    # Early exit on by default. The embedding model of every served config is loaded and run once
+    # now: a broken one stops the router here (and `moa-pd up` with it), not inside a question.
+    hooks = EarlyExitHooks()
+    try:
+        hooks.check(configs.values())
+    except EmbedderError as e:
+        log.error("cannot serve early exit: %s", e)
+        raise SystemExit(2) from None
+    app = make_app(cluster, configs, early_exit_hook=hooks)
     # Cancel a handler when its client disconnects, so its agents and their worker requests stop.
     web.run_app(
         app,

@@ -54,6 +54,19 @@ def load_config(name_or_path: str | Path) -> TopologyConfig:
     return parse_config(text, source=str(path))
 
 
+def load_configs_by_name(paths: list[str | Path]) -> dict[str, TopologyConfig]:
+    """Configs as a shell router serves them: by their `name`, whatever their files are called.
+    Two different configs under one name are an error (a request could not tell them apart)."""
+    by_name: dict[str, TopologyConfig] = {}
+    for p in paths:
+        cfg = load_config(p)
+        if cfg.name in by_name and by_name[cfg.name] != cfg:
+            raise ConfigError(str(p), "name", f"another config given here is also named "
+                              f"'{cfg.name}' but differs; give one of them another name")
+        by_name[cfg.name] = cfg
+    return by_name
+
+
 def parse_config(text: str, source: str = "<config>") -> TopologyConfig:
     return config_from_dict(parse_json(text, source), source)
 

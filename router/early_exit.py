@@ -18,7 +18,14 @@ from router.majority_vote import vote
 
 # Feature columns with a norm below this are treated as all-zero (their correlations are 0).
 EPS = 1e-12
-RECORD_KEYS = ("cluster", "completed", "c_bar", "p", "b", "q", "u", "exited", "killed", "seconds")
+# exited: the exit cut at least one agent. moot: the draw said exit but every other agent had
+# already finished (nothing cut; not an exit). seconds: the decision's compute, each output's
+# embedding charged once. wall_s: from the triggering completion to the decision applied (for an
+# exit, the delay it put on the successor's final request).
+RECORD_KEYS = (
+    "cluster", "completed", "c_bar", "p", "b", "q", "u", "exited", "moot", "killed", "seconds",
+    "wall_s",
+)
 
 
 @dataclass(slots=True)
@@ -46,8 +53,10 @@ class Decision:
     q: float | None = None
     u: float | None = None
     exited: bool = False
+    moot: bool = False
     killed: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    wall_s: float = 0.0
 
     def to_record(self) -> dict:
         """The trace/results row form: exactly RECORD_KEYS."""
@@ -199,7 +208,7 @@ def decide(
             decision.exited = bool(remaining) and decision.u < decision.q
     if decision.exited:
         decision.killed = remaining
-    decision.seconds = time.perf_counter() - start
+    decision.seconds = decision.wall_s = time.perf_counter() - start
     return decision
 
 

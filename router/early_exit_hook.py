@@ -10,7 +10,7 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -19,6 +19,7 @@ import numpy as np
 
 from router.config import TopologyConfig
 from router.early_exit import AgentResult, SimilarityCache, decide
+from router.embedder import EmbedderError
 from router.majority_vote import bypass_choice, normalize_answer
 
 if TYPE_CHECKING:
@@ -64,6 +65,12 @@ class EmbeddingService:
     async def embed(self, text: str) -> tuple[np.ndarray, float]:
         return await asyncio.get_running_loop().run_in_executor(self._executor, self._timed, text)
 
+    def check(self) -> None:
+        """Load the model and run it once, here and now (raises EmbedderError)."""
+        if hasattr(self._embedder, "check"):
+            self._embedder.check()
+        self._preloaded = True
+
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 
@@ -91,6 +98,19 @@ class EarlyExitHooks:
         if model not in self._services:
             self._services[model] = EmbeddingService(self._factory(model))
         return self._services[model]
+
+    def check(self, configs: Iterable[TopologyConfig]) -> None:
+        """Load and run, now, the embedding model of every config that could need one (method q
+        even when disabled: a request may turn early exit on). The router calls it at start-up,
+        so a broken model fails `moa-pd up` with a message naming it and its directory."""
+        for cfg in configs:
+            ee, bypass = cfg.early_exit, cfg.aggregator_bypass
+            if ee.method == "q" or (bypass.enabled and bypass.criterion == "q"):
+                try:
+                    service = self.embedding(ee.embedding_model)
+                except ValueError as e:
+                    raise EmbedderError(f"config '{cfg.name}': {e}") from e
+                service.check()
 
     def __call__(self, cfg: TopologyConfig) -> EarlyExitHook:
         ee, bypass = cfg.early_exit, cfg.aggregator_bypass
@@ -138,25 +158,51 @@ class EarlyExitHook:
         self._charged: set[str] = set()
 
     async def __call__(self, session: Session, successor: str, agent_id: str) -> list[str]:
-        try:
-            return await self._on_completion(session, successor, agent_id)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # early exit only saves work; a bug in it must not fail the question
-            log.exception("session %s: early exit at %s/%s failed", session.id, successor, agent_id)
-            return []
+        """Decide for `successor` after `agent_id` completed. A failure (embedding, decision,
+        bypass) propagates: the orchestrator fails the question with it, so a question asked to
+        run with early exit never silently runs without it."""
+        return await self._on_completion(session, successor, agent_id, time.perf_counter())
 
-    def _embedding(self, session: Session, agent_id: str) -> asyncio.Future:
-        if agent_id not in self._embedded:
+    def start_embedding(self, session: Session, agent_id: str) -> None:
+        """Embed `agent_id`'s output in the background, from the moment it completes: the
+        embedding runs while the cluster's other agents decode, and a decision awaits it only
+        when it needs Q."""
+        if self._embeddings is not None and agent_id not in self._embedded:
             text = session.apc[agent_id].text
-            self._embedded[agent_id] = asyncio.ensure_future(self._embeddings.embed(text))
-        return self._embedded[agent_id]
+            fut = asyncio.ensure_future(self._embeddings.embed(text))
+            # Retrieved here so an embedding no decision needed fails quietly; one a decision
+            # needs raises there (and fails the question).
+            fut.add_done_callback(lambda f: f.cancelled() or f.exception())
+            self._embedded[agent_id] = fut
 
-    async def _on_completion(self, session: Session, successor: str, agent_id: str) -> list[str]:
+    async def _resolve_embeddings(self, state: ClusterState) -> float:
+        """Fill in the completed agents' embeddings (awaiting any still running); returns the
+        compute seconds of those not charged to an earlier decision."""
+        cost = 0.0
+        for r in state.completed:
+            if r.embedding is None and r.agent_id in self._embedded:
+                r.embedding, emb_s = await asyncio.shield(self._embedded[r.agent_id])
+                # EE overhead is honest: an output's embedding time is charged to the first
+                # decision that uses it (once, even when several clusters read the agent).
+                if r.agent_id not in self._charged:
+                    self._charged.add(r.agent_id)
+                    cost += emb_s
+        return cost
+
+    def _needs_q(self, state: ClusterState) -> bool:
+        """Whether this completion's decision computes Q (below min_completed it does not, and
+        the embeddings go on in the background)."""
+        ee = self.cfg.early_exit
+        deciding = ee.enabled and ee.method == "q" and not state.exited
+        return deciding and len(state.completed) >= ee.min_completed
+
+    async def _on_completion(
+        self, session: Session, successor: str, agent_id: str, entered: float
+    ) -> list[str]:
         ee, bypass = self.cfg.early_exit, self.cfg.aggregator_bypass
         state = self._clusters.setdefault(successor, ClusterState(self.cfg.precursors(successor)))
         # Started before waiting for the cluster: the embedding runs while the others decode.
-        pending = self._embedding(session, agent_id) if self._embeddings is not None else None
+        self.start_embedding(session, agent_id)
         async with state.lock:  # decisions of one cluster in completion order
             # A successor that ended (killed by its own cluster's exit, or bypassed) decides no more.
             if state.settled or agent_id in state.killed or session.apc[successor].ended:
@@ -168,29 +214,26 @@ class EarlyExitHook:
             )
             extracted = self._extract(answer.text) if needs_answer else None
             cost = time.perf_counter() - start
-            emb = None
-            if pending is not None:
-                emb, emb_s = await asyncio.shield(pending)
-                # EE overhead is honest: an output's embedding time is charged to the first
-                # decision that uses it (once, even when several clusters read the agent).
-                if agent_id not in self._charged:
-                    self._charged.add(agent_id)
-                    cost += emb_s
-            state.completed.append(AgentResult(agent_id, list(answer.logprobs), emb, extracted))
+            state.completed.append(AgentResult(agent_id, list(answer.logprobs), None, extracted))
+            if self._needs_q(state):
+                cost += await self._resolve_embeddings(state)
             drop: list[str] = []
             if ee.enabled and not state.exited:
-                drop = self._decide(session, successor, state, cost)
+                drop = self._decide(session, successor, state, cost, entered)
             done = {r.agent_id for r in state.completed}
             state.settled = all(p in done or p in state.killed for p in state.planned)
             # Bypass before the drop: the successor's prompt is not complete yet, so its final
             # request never goes out.
             if state.settled and bypass.enabled:
+                await self._resolve_embeddings(state)
                 await self._bypass(session, successor, state)
             if drop:
                 await self._drop(session, successor, drop)
             return drop
 
-    def _decide(self, session: Session, successor: str, state: ClusterState, cost: float):
+    def _decide(
+        self, session: Session, successor: str, state: ClusterState, cost: float, entered: float
+    ) -> list[str]:
         ee = self.cfg.early_exit
         # Draws keyed by (seed, question id or text, cluster, ℓ): the same question replays.
         key = session.question_id or session.question
@@ -199,8 +242,14 @@ class EarlyExitHook:
             state.q, state.q_over = d.q, len(state.completed)
         # An agent that finished while this decision ran keeps its slot: its work is done.
         d.killed = [a for a in d.killed if not session.apc[a].done]
+        if d.exited and not d.killed:
+            # Every other agent had already finished: an exit that cuts nothing is no exit.
+            d.exited, d.moot = False, True
         d.seconds += cost
+        d.wall_s = time.perf_counter() - entered
         session.early_exit.append(d.to_record())
+        if d.moot:
+            state.exited = True  # the draw said exit; later completions decide no more
         if not d.exited:
             return []
         state.exited = True

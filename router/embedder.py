@@ -22,6 +22,11 @@ log = logging.getLogger(__name__)
 DEFAULT_MODEL = "all-minilm-l6-v2"
 
 
+class EmbedderError(RuntimeError):
+    """The embedding model resolved to a directory but failed to load or to run; the message
+    names the model and the directory it was loaded from."""
+
+
 def resolve_model_path(name: str) -> Path:
     """`all-minilm-l6-v2` → the bundled model dir; anything else must be a local model dir."""
     if name.lower() == DEFAULT_MODEL:
@@ -49,6 +54,7 @@ class Embedder:
     def __init__(
         self, model: str = DEFAULT_MODEL, device: str = "cpu", max_tokens: int | None = None
     ):
+        self.name = model
         self.path = resolve_model_path(model)
         self.device = device
         self.max_tokens = max_tokens
@@ -59,25 +65,52 @@ class Embedder:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="embedder")
 
     def load(self) -> None:
-        """Load tokenizer and weights from the local dir only (never the hub); idempotent."""
+        """Load tokenizer and weights from the local dir only (never the hub); idempotent.
+        Raises EmbedderError naming the model and its directory."""
         with self._lock:
             if self._model is not None:
                 return
-            import torch
-            from transformers import AutoModel, AutoTokenizer
+            try:
+                self._load()
+            except Exception as e:
+                raise EmbedderError(
+                    f"embedding model {self.name!r} (looked for in {self.path}) failed to load: "
+                    f"{type(e).__name__}: {e}; fix early_exit.embedding_model or that directory"
+                ) from e
 
-            dtype = torch.float32 if self.device == "cpu" else torch.bfloat16
-            self._tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
-            model = AutoModel.from_pretrained(self.path, local_files_only=True, dtype=dtype)
-            self._model = model.to(self.device).eval()
-            if self.max_tokens is None:
-                # The tokenizer's limit may be a huge sentinel; the position table is the real one.
-                limits = [self._tokenizer.model_max_length]
-                limits.append(getattr(model.config, "max_position_embeddings", limits[0]))
-                self.max_tokens = int(min(limits))
-            log.info(
-                "embedder %s loaded on %s (max %d tokens)", self.path, self.device, self.max_tokens
+    def check(self) -> None:
+        """Load and embed a short text: a model that loads but cannot run fails here, when the
+        deployment starts, not inside a question."""
+        self.load()
+        try:
+            emb = self.embed("a check of the embedding model")
+        except Exception as e:
+            raise EmbedderError(
+                f"embedding model {self.name!r} (loaded from {self.path}) failed to run: "
+                f"{type(e).__name__}: {e}"
+            ) from e
+        if emb.ndim != 2 or emb.shape[0] == 0:
+            raise EmbedderError(
+                f"embedding model {self.name!r} (loaded from {self.path}) returned shape "
+                f"{emb.shape} for a short text; early exit needs [n_tokens, hidden]"
             )
+
+    def _load(self) -> None:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        dtype = torch.float32 if self.device == "cpu" else torch.bfloat16
+        self._tokenizer = AutoTokenizer.from_pretrained(self.path, local_files_only=True)
+        model = AutoModel.from_pretrained(self.path, local_files_only=True, dtype=dtype)
+        self._model = model.to(self.device).eval()
+        if self.max_tokens is None:
+            # The tokenizer's limit may be a huge sentinel; the position table is the real one.
+            limits = [self._tokenizer.model_max_length]
+            limits.append(getattr(model.config, "max_position_embeddings", limits[0]))
+            self.max_tokens = int(min(limits))
+        log.info(
+            "embedder %s loaded on %s (max %d tokens)", self.path, self.device, self.max_tokens
+        )
 
     @property
     def hidden_size(self) -> int:

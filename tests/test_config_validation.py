@@ -188,3 +188,21 @@ def test_cli_show_prints_layers_and_clusters():
     assert proc.returncode == 0, proc.stderr
     assert "layer 2 (3 agents)" in proc.stdout
     assert "agg_1: {leaf_1_0, leaf_1_1, leaf_1_2}" in proc.stdout
+
+
+def test_config_option_takes_a_path_anywhere_and_names_must_not_clash(tmp_path, capsys):
+    from launch.cli import main
+    from router.config_loader import ConfigError, load_configs_by_name
+
+    mine = tmp_path / "mytree.json"
+    raw = json.loads((ROOT / "cfgs" / "tree_3_1_cpu.json").read_text())
+    mine.write_text(json.dumps(raw))
+    assert main(["validate", "--config", str(mine)]) == 0
+    assert main(["show", "--config", str(mine)]) == 0
+    assert capsys.readouterr().out.count("tree_3_1_cpu:") == 2
+    # Served by name: the copy is the same config; an edited copy under that name is not.
+    assert list(load_configs_by_name([str(mine), "tree_3_1_cpu"])) == ["tree_3_1_cpu"]
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**raw, "description": "edited"}))
+    with pytest.raises(ConfigError, match="also named 'tree_3_1_cpu' but differs"):
+        load_configs_by_name([str(mine), str(other)])

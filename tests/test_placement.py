@@ -18,9 +18,9 @@ def test_plan_cpus_keeps_prefill_and_decode_apart():
 
 
 def test_a_started_process_runs_on_its_cores(tmp_path):
-    core = sorted(os.sched_getaffinity(0))[-1]
-    argv = [sys.executable, "-c", "import os, time; print(sorted(os.sched_getaffinity(0)), "
-            "flush=True); time.sleep(30)"]
+    core = max(os.sched_getaffinity(0))
+    script = "import os, time; print(sorted(os.sched_getaffinity(0)), flush=True); time.sleep(30)"
+    argv = [sys.executable, "-c", script]
     proc = start(ProcSpec("pinned", argv, None, cpus=[core]), tmp_path)
     try:
         assert os.sched_getaffinity(proc.pid) == {core}

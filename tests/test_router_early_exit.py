@@ -7,6 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
+import subprocess
+import sys
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -14,14 +18,16 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from launch.procs import free_port
 from router import early_exit
 from router.cluster import ClusterSpec
 from router.config import AggregatorBypass, EarlyExit, Sampling
 from router.context import RouterContext
 from router.early_exit import RECORD_KEYS, activation_percentage
 from router.early_exit_hook import EarlyExitHooks, last_answer
+from router.embedder import EmbedderError
 from router.incremental import common_prefix_len
-from router.orchestrator import Session
+from router.orchestrator import AgentFailed, Session
 from router.server import make_app
 from router.template import build_pieces, clean_output
 from sglang_ext import protocol as P
@@ -69,8 +75,25 @@ class FakeEmbedder:
         return np.random.default_rng(seed).standard_normal((n, 8)).astype(np.float32)
 
 
-def fake_hooks(extractor=last_answer) -> EarlyExitHooks:
-    return EarlyExitHooks(answer_extractor=extractor, embedder_factory=lambda _name: FakeEmbedder())
+class SlowEmbedder(FakeEmbedder):
+    """Takes `delay_s` per text (on the embedding thread), so agents finish while it runs."""
+
+    def __init__(self, delay_s: float) -> None:
+        self.delay_s = delay_s
+
+    def embed(self, text: str) -> np.ndarray:
+        time.sleep(self.delay_s)
+        return super().embed(text)
+
+
+class BrokenEmbedder:
+    def embed(self, text: str) -> np.ndarray:
+        raise RuntimeError("embedding kernel exploded")
+
+
+def fake_hooks(extractor=last_answer, embedder=None) -> EarlyExitHooks:
+    embedder = embedder or FakeEmbedder()
+    return EarlyExitHooks(answer_extractor=extractor, embedder_factory=lambda _name: embedder)
 
 
 async def cluster_holding(tok_path: str, hold: tuple[str, ...] = ()) -> FakeCluster:
@@ -294,6 +317,74 @@ async def test_draws_replay_and_follow_the_seed(smollm_tokenizer_path):  # noqa:
         assert 0.0 < runs[0][1]["q"] < 1.0 and runs[0][1]["p"] is not None
     finally:
         await cluster.close()
+
+
+async def test_a_failing_embedding_fails_the_question(smollm_tokenizer_path):  # noqa: F811
+    """Early exit that raises does not quietly run the question as setting #3: the question
+    fails, naming early exit and the cause (the runner records it as the row's error)."""
+    cluster = await cluster_holding(smollm_tokenizer_path)
+    cfg = ee_config({"leaf_0_0": 4, "leaf_0_1": 8, "leaf_0_2": 12})
+    try:
+        with pytest.raises(AgentFailed, match="early exit failed.*embedding kernel exploded"):
+            await run(cluster, cfg, fake_hooks(embedder=BrokenEmbedder()))
+        hooks = fake_hooks(embedder=BrokenEmbedder())
+        client = TestClient(TestServer(make_app(cluster.spec, {cfg.name: cfg}, hooks)))
+        await client.start_server()
+        try:
+            r = await client.post("/v1/moa/run", json={"question": QUESTION, "config": cfg.name})
+            body = await r.json()
+            assert r.status == 502 and "embedding kernel exploded" in body["message"]
+            assert "trace" in body
+        finally:
+            await client.close()
+    finally:
+        await cluster.close()
+
+
+async def test_an_exit_that_cuts_nothing_is_moot(smollm_tokenizer_path, monkeypatch):  # noqa: F811
+    """The draw says exit, but the last agent finished while the decision waited for its
+    embedding: recorded as moot, not as an exit, and nobody is marked killed."""
+    force_q(monkeypatch, 1.0)
+    cluster = await cluster_holding(smollm_tokenizer_path)
+    cfg = ee_config({"leaf_0_0": 4, "leaf_0_1": 8, "leaf_0_2": 12})
+    try:
+        result, _, _ = await run(cluster, cfg, fake_hooks(embedder=SlowEmbedder(0.4)))
+        ds = result.early_exit
+        assert [d["moot"] for d in ds] == [False, True]
+        assert ds[1]["q"] == 1.0 and not ds[1]["exited"] and ds[1]["killed"] == []
+        # The first decision (below min_completed) did not wait for an embedding; the second
+        # is charged both (each output's embedding once, to the first decision using it).
+        assert ds[0]["seconds"] < 0.2 and ds[1]["seconds"] > 0.75 and ds[1]["wall_s"] > 0.3
+        assert not any(t["killed"] for t in result.trace.values())
+        assert result.trace["final"]["slot_order"] == ["leaf_0_0", "leaf_0_1", "leaf_0_2"]
+    finally:
+        await cluster.close()
+
+
+def test_a_broken_embedding_model_stops_the_router(tmp_path, smollm_tokenizer_path):  # noqa: F811
+    """A model directory that resolves but cannot load stops `python -m router` at start-up
+    (so `moa-pd up` fails) with a message naming the model and the directory."""
+    broken = tmp_path / "broken-embedder"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    cfg = tree_config().model_copy(
+        update={"early_exit": EarlyExit(embedding_model=str(broken))}
+    )
+    with pytest.raises(EmbedderError, match=f"looked for in {broken}"):
+        EarlyExitHooks().check([cfg])
+    (tmp_path / "cfg.json").write_text(cfg.model_dump_json())
+    cluster = {"models": {"smollm2": {
+        "router_url": "http://127.0.0.1:9", "prefill_urls": ["http://127.0.0.1:9"],
+        "decode_urls": ["http://127.0.0.1:9"], "bootstrap_ports": [9],
+        "model_path": smollm_tokenizer_path, "tokenizer_path": smollm_tokenizer_path}}}
+    (tmp_path / "cluster.json").write_text(json.dumps(cluster))
+    proc = subprocess.run(
+        [sys.executable, "-m", "router", "--cluster", str(tmp_path / "cluster.json"),
+         "--config", str(tmp_path / "cfg.json"), "--port", str(free_port())],
+        check=False, capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"looked for in {broken}" in proc.stderr and "cannot serve early exit" in proc.stderr
 
 
 async def test_http_run_returns_decisions(smollm_tokenizer_path):  # noqa: F811

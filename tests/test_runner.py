@@ -131,3 +131,69 @@ async def test_one_at_a_time_interleaves_settings_per_question(tmp_path):
     q0, q1 = questions[0].id, questions[1].id
     assert order == ["flush", (q0, "blocking"), "flush", (q0, "pipelined"),
                      "flush", (q1, "blocking"), "flush", (q1, "pipelined")]
+
+
+async def test_a_config_file_elsewhere_is_asked_for_by_its_name(tmp_path):
+    """A copy of a shipped config under another file name keeps its `name`, which is what the
+    shell router serves it under; an edited copy whose name the deployment serves differently
+    goes inline, so the run measures the file it was given."""
+    import json
+    import shutil
+
+    mine = tmp_path / "elsewhere" / "mytree.json"
+    mine.parent.mkdir()
+    shutil.copy("cfgs/tree_3_1_cpu.json", mine)
+    edited = tmp_path / "edited.json"
+    raw = json.loads(mine.read_text())
+    raw["slot_order"] = "dynamic" if raw.get("slot_order") != "dynamic" else "static"
+    edited.write_text(json.dumps(raw))
+    calls: list[dict] = []
+    runner, url = await start(fake_router(calls))
+    cluster = {"shell_router_url": url, "models": {}, "configs": ["cfgs/tree_3_1_cpu.json"]}
+    try:
+        spec = RunSpec(str(mine), None, "gsm8k", 1, parse_settings("2"), 1, tmp_path / "a")
+        await run_async(spec, cluster)
+        assert [c["config"] for c in calls if "mode" in c] == ["tree_3_1_cpu"]
+        assert [r.config for r in read_results(tmp_path / "a" / "results.jsonl")] == [
+            "tree_3_1_cpu"]
+        calls.clear()
+        spec = RunSpec(str(edited), None, "gsm8k", 1, parse_settings("2"), 1, tmp_path / "b")
+        await run_async(spec, cluster)
+        sent = [c["config"] for c in calls if "mode" in c]
+        assert sent == [raw]
+    finally:
+        await runner.cleanup()
+
+
+def test_a_run_where_every_sample_failed_still_writes_rows_and_a_summary(tmp_path, capsys):
+    """Exit code 1, the rows, a summary naming the error, no figures (and no crash), and the
+    command that resumes the run."""
+    import asyncio
+    import json
+    import threading
+
+    from launch.cli import main
+
+    calls: list[dict] = []
+    loop = asyncio.new_event_loop()
+    threading.Thread(target=loop.run_forever, daemon=True).start()
+    runner, url = asyncio.run_coroutine_threadsafe(
+        start(fake_router(calls, fail_ids=set(answers))), loop).result()
+    (tmp_path / "cluster.json").write_text(json.dumps({"shell_router_url": url, "models": {}}))
+    out = tmp_path / "run"
+    try:
+        code = main(["run", "--config", "tree_3_1_cpu", "--dataset", "gsm8k", "--num-samples",
+                     "2", "--settings", "2,4", "--out", str(out), "--cluster",
+                     str(tmp_path / "cluster.json")])
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+    assert code == 1
+    assert len(read_results(out / "results.jsonl")) == 4
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(s["setting"], s["errors"]) for s in summary["settings"]] == [(2, 2), (4, 2)]
+    assert summary["settings"][0]["error_messages"] == {
+        "shell router answered 502: precursor leaf_0 failed": 2}
+    assert not list(out.glob("*.png"))
+    err = capsys.readouterr().err
+    assert "4 of 4 rows failed" in err and "--resume" in err and "moa-pd run --config" in err
