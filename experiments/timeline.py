@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from experiments.critical_path import critical_path, final_agent
@@ -31,18 +32,22 @@ def pick_question(rows: Sequence[ResultRow]) -> str | None:
 
 def timeline_figure(rows: Sequence[ResultRow], sample_id: str) -> Figure:
     mine = sorted((r for r in rows if r.sample_id == sample_id and r.ok), key=lambda r: r.setting)
-    agents = sorted(mine[0].agents, key=lambda a: (mine[0].agents[a].layer or 0, a), reverse=True)
+    # Each setting may run another topology (#1 is dense), so each panel lists its own agents.
+    orders = [sorted(r.agents, key=lambda a, r=r: (r.agents[a].layer or 0, a), reverse=True)
+              for r in mine]
     span = max(r.e2e_s for r in mine)
-    fig = Figure(figsize=(11, 0.9 + 0.28 * len(agents) * len(mine)))
-    axes = fig.subplots(len(mine), 1, sharex=True, squeeze=False)[:, 0]
-    for ax, row in zip(axes, mine):
-        _draw(ax, row, agents)
+    fig = Figure(figsize=(11, 0.9 + 0.28 * sum(len(o) + 2 for o in orders)))
+    axes = fig.subplots(len(mine), 1, sharex=True, squeeze=False,
+                        gridspec_kw={"height_ratios": [len(o) + 2 for o in orders]})[:, 0]
+    for ax, row, order in zip(axes, mine, orders):
+        _draw(ax, row, order)
         ax.set_xlim(0, span * 1.02)
         ax.set_title(f"{setting_label(row.setting)}: {row.e2e_s:.1f} s", fontsize=9, loc="left")
     axes[-1].set_xlabel("seconds since the question started")
     legend = [Patch(color=c, label=k) for k, c in COLORS.items()]
     legend.append(Patch(facecolor="white", edgecolor=CRITICAL, label="critical path"))
-    fig.legend(handles=legend, loc="upper right", ncol=5, fontsize=8, frameon=False)
+    legend.append(Line2D([], [], color="black", marker="x", linestyle="none", label="killed"))
+    fig.legend(handles=legend, loc="upper right", ncol=6, fontsize=8, frameon=False)
     fig.suptitle(f"{mine[0].dataset} {sample_id}", fontsize=10, x=0.01, ha="left")
     fig.tight_layout(rect=(0, 0, 1, 0.97))
     return fig
@@ -52,15 +57,20 @@ def _draw(ax, row: ResultRow, order: list[str]) -> None:
     final = final_agent(row)
     path = set(critical_path(row.agents, final)) if final else set()
     for y, agent_id in enumerate(order):
-        a = row.agents.get(agent_id)
-        if a is None or a.end_s is None:
+        a = row.agents[agent_id]
+        if a.end_s is None:
             continue
-        request = a.final_request_s if a.final_request_s is not None else a.start_s or 0.0
-        first = a.first_token_s if a.first_token_s is not None else a.end_s
+        start = a.start_s or 0.0
         edge = CRITICAL if agent_id in path else "none"
-        bars = [((a.start_s or 0.0, request - (a.start_s or 0.0)), COLORS["wait"]),
-                ((request, first - request), COLORS["prefill"]),
-                ((first, a.end_s - first), COLORS["decode"])]
+        if a.final_request_s is None and a.killed:
+            # A successor cut by early exit before it sent its final request only waited.
+            bars = [((start, a.end_s - start), COLORS["wait"])]
+        else:
+            request = a.final_request_s if a.final_request_s is not None else start
+            first = a.first_token_s if a.first_token_s is not None else a.end_s
+            bars = [((start, request - start), COLORS["wait"]),
+                    ((request, first - request), COLORS["prefill"]),
+                    ((first, a.end_s - first), COLORS["decode"])]
         for (x, w), color in bars:
             if w > 0:
                 ax.broken_barh([(x, w)], (y - 0.35, 0.7), facecolors=color, edgecolor=edge,
@@ -68,6 +78,8 @@ def _draw(ax, row: ResultRow, order: list[str]) -> None:
         for sent, replied, *_ in a.warmup_spans:
             ax.broken_barh([(sent, max(replied - sent, 0.02))], (y - 0.15, 0.3),
                            facecolors=COLORS["warmup"])
+        if a.killed:
+            ax.plot([a.end_s], [y], marker="x", color="black", markersize=5)
     ax.set_yticks(range(len(order)), order, fontsize=7)
     for label in ax.get_yticklabels():
         if label.get_text() in path:

@@ -7,7 +7,7 @@ import pytest
 from experiments.critical_path import breakdown, critical_path, overlap_gain
 from experiments.results import ResultRow
 from experiments.summary import summarize
-from experiments.timeline import pick_question, plot_timeline
+from experiments.timeline import pick_question, plot_timeline, timeline_figure
 
 
 def agent(layer, start, request, first, end, order=(), warm=()):
@@ -66,3 +66,21 @@ def test_timeline_is_drawn_for_a_question_every_setting_ran(tmp_path):
     path = plot_timeline(rows, tmp_path / "fig_timeline.png")
     assert path.stat().st_size > 10_000
     assert plot_timeline([row(2, "blocking", 1.0)][:0], tmp_path / "none.png") is None
+
+
+def test_each_timeline_panel_lists_its_own_settings_agents():
+    """#1 runs the dense topology, whose agent ids differ from the tree's: every panel must draw
+    its own row's agents, and an aggregator cut before its final request shows only waiting."""
+    tree = row(3, "pipelined", 0.4)
+    tree.agents["agg"].killed = True
+    tree.agents["agg"].final_request_s = None
+    dense = ResultRow.model_validate({
+        "sample_id": "q0", "dataset": "gsm8k", "setting": 1, "mode": "blocking", "e2e_s": 9.0,
+        "agents": {"d0": agent(1, 0, 0, 0.5, 4.0), "dagg": agent(2, 0, 4.0, 7.0, 9.0, ("d0",))}})
+    fig = timeline_figure([dense, tree], "q0")
+    ax_dense, ax_tree = fig.axes[:2]
+    assert [t.get_text() for t in ax_dense.get_yticklabels()] == ["dagg", "d0"]
+    assert [t.get_text() for t in ax_tree.get_yticklabels()] == ["agg", "l2", "l1", "l0"]
+    # Leaves: prefill and decode each; the cut aggregator: its wait only; its two warm-ups.
+    assert len(ax_tree.collections) == 3 * 2 + 1 + 2
+    assert len(ax_tree.lines) == 1  # the kill mark
