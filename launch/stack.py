@@ -45,8 +45,11 @@ class ModelPlan:
     decode_ports: list[int] = field(default_factory=list)
     router_port: int = 0
 
-    def cluster_entry(self, host: str) -> dict:
+    def cluster_entry(self, host: str, backend: str) -> dict:
+        # Workers started with SGLang's --enable-priority-scheduling: the router sends `priority`.
+        prio = bool(self.spec.server_args.get(backend, {}).get("enable_priority_scheduling"))
         return {
+            "priority_scheduling": prio,
             "router_url": f"http://{host}:{self.router_port}",
             "prefill_urls": [f"http://{host}:{p}" for p in self.prefill_ports],
             "decode_urls": [f"http://{host}:{p}" for p in self.decode_ports],
@@ -171,7 +174,7 @@ class Stack:
         return {
             "backend": self.backend,
             "host": self.host,
-            "models": {n: m.cluster_entry(self.host) for n, m in self.models.items()},
+            "models": {n: m.cluster_entry(self.host, self.backend) for n, m in self.models.items()},
             "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
             "configs": self.config_paths,
         }

@@ -51,6 +51,8 @@ class ModelDeployment(_Tolerant):
     tokenizer_path: str
     # Data-parallel ranks per prefill worker (SGLang picks the rank as bootstrap_room % dp_size).
     prefill_dp_size: int = Field(default=1, ge=1)
+    # The launcher sets it when the workers run with --enable-priority-scheduling.
+    priority_scheduling: bool = False
 
     @model_validator(mode="after")
     def _ports_match(self) -> ModelDeployment:
@@ -72,12 +74,19 @@ class ClusterSpec(_Tolerant):
     # How warm-ups reach a prefill worker: SGLang's own /generate with the fake bootstrap host
     # (works on unpatched SGLang <= 0.5.10), or our /prefill_only verb.
     warmup_verb: Literal["generate", "prefill_only"] = "generate"
-    # The workers were started with --enable-priority-scheduling: the router then sends SGLang's
-    # `priority` field (critical above warm-ups) as a second line behind its own PrefillGate.
-    priority_scheduling: bool = False
+    # Whether the router sends SGLang's `priority` field (critical above warm-ups), a second line
+    # behind its own PrefillGate. None: per model, as its workers were started (a model's
+    # `priority_scheduling`, from --enable-priority-scheduling); True/False overrides that
+    # (benchmarks compare the two on the same workers).
+    priority_scheduling: bool | None = None
     # The router's own isolation of warm-ups (router/prefill_gate.py); off only to measure what
     # it buys (experiments/bench_overlap.py --ladder).
     warmup_gate: bool = True
+
+    def sends_priority(self, model: str) -> bool:
+        if self.priority_scheduling is not None:
+            return self.priority_scheduling
+        return self.models[model].priority_scheduling
 
 
 def load_cluster(path: str | Path) -> ClusterSpec:

@@ -43,7 +43,7 @@ class RouterContext:
                 cluster.timeouts,
                 cluster.warmup_verb,
                 random.Random(rng.random()),
-                (P.PRIORITY_CRITICAL, P.PRIORITY_WARMUP) if cluster.priority_scheduling else None,
+                (P.PRIORITY_CRITICAL, P.PRIORITY_WARMUP) if cluster.sends_priority(name) else None,
                 gate=cluster.warmup_gate,
             )
             for name, spec in cluster.models.items()

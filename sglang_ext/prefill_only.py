@@ -17,7 +17,8 @@ GenerateCall = Callable[[dict], Awaitable[tuple[int, object]]]
 
 # The keys a /prefill_only body may carry; anything else is a typo or a misunderstanding of the verb
 # (sampling, streaming and bootstrap host are fixed by what a warm-up is), so it is refused.
-ALLOWED_KEYS = (P.INPUT_IDS, P.TEXT, P.RID, P.BOOTSTRAP_ROOM, P.ROUTED_DP_RANK)
+# `priority` goes through unchanged: the router sends it when the workers schedule by priority.
+ALLOWED_KEYS = (P.INPUT_IDS, P.TEXT, P.RID, P.BOOTSTRAP_ROOM, P.ROUTED_DP_RANK, P.PRIORITY)
 
 
 class PrefillOnlyRequestError(ValueError):
@@ -95,6 +96,11 @@ def to_generate_request(body: dict) -> dict:
     })
     if dp_rank is not None:
         req[P.ROUTED_DP_RANK] = dp_rank
+    priority = body.get(P.PRIORITY)
+    if priority is not None:
+        if not _is_int(priority):
+            raise PrefillOnlyRequestError(f"'{P.PRIORITY}' must be an integer or null")
+        req[P.PRIORITY] = priority
     return req
 
 

@@ -70,8 +70,36 @@ WARMUP_RID_PREFIX = "moa-warm-"
 PRIORITY = "priority"
 PRIORITY_CRITICAL = 1
 PRIORITY_WARMUP = 0
-# meta_info keys with a request's worker-side timings (seconds), copied into the agent trace.
-WORKER_TIMING_KEYS: tuple[str, ...] = ()
+# SGLang fills in a request without `priority` with --default-priority-value, else the lowest
+# possible value; with --abort-on-priority-when-disabled a server without priority scheduling
+# refuses a request that carries one (503, this message).
+PRIORITY_DISABLED_MESSAGE = (
+    "Using priority is disabled for this server. Please send a new request without a priority."
+)
+
+# --- meta_info timing keys (SGLang 0.5.23 with --enable-metrics) ---------------------------------
+# Every chunk (the scheduler's SchedulerReqTimeStats): points in time as Unix seconds, spans in s.
+FORWARD_ENTRY_TIME = "forward_entry_time"  # the request's first forward began
+PREFILL_FINISHED_TIME = "prefill_finished_time"  # the forward that finished its prompt ended
+QUEUE_TIME = "queue_time"  # forward_entry_time - entering the waiting queue (after bootstrap)
+PREFILL_WAITING_LATENCY = "prefill_waiting_latency"
+PREFILL_LAUNCH_LATENCY = "prefill_launch_latency"
+# The last chunk (the API server's APIServerReqTimeStats). On a PD prefill worker the reply, and
+# so request_finished_ts, comes only once the KV reached decode.
+REQUEST_RECEIVED_TS = "request_received_ts"
+API_SERVER_DISPATCH_FINISH_TS = "api_server_dispatch_finish_ts"
+REQUEST_FINISHED_TS = "request_finished_ts"
+INFERENCE_TIME = "inference_time"  # request_finished - forward_entry, seconds
+DECODE_THROUGHPUT = "decode_throughput"  # completion tokens / (finished - first token), tok/s
+# meta_info keys with a request's worker-side timings, copied into the agent trace.
+WORKER_TIMING_KEYS: tuple[str, ...] = (
+    REQUEST_RECEIVED_TS,
+    QUEUE_TIME,
+    FORWARD_ENTRY_TIME,
+    PREFILL_FINISHED_TIME,
+    REQUEST_FINISHED_TS,
+    INFERENCE_TIME,
+)
 
 # Our one added verb, served by both backends: a prefill-only warm-up with a JSON reply.
 PREFILL_ONLY_PATH = "/prefill_only"

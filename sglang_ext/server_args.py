@@ -40,6 +40,14 @@ class ServerArgs:
     enable_metrics: bool = True
     log_level: str = "info"
     skip_tokenizer_init: bool = False
+    # SGLang's priority scheduling: the waiting queue is sorted by a request's `priority` (larger
+    # first unless low values first), then by arrival. As on SGLang's prefill server, nothing is
+    # ever preempted: a started (chunked) prefill always goes on first.
+    enable_priority_scheduling: bool = False
+    schedule_low_priority_values_first: bool = False
+    default_priority_value: int | None = None
+    abort_on_priority_when_disabled: bool = False
+    disable_priority_preemption: bool = False  # accepted: this backend never preempts
 
     def check(self) -> None:
         """Cross-field checks argparse cannot express; raises ValueError naming the flag."""
@@ -97,6 +105,13 @@ def make_parser() -> argparse.ArgumentParser:
         choices=["debug", "info", "warning", "error", "critical"],
     )
     p.add_argument("--skip-tokenizer-init", action="store_true")
+    p.add_argument("--enable-priority-scheduling", action="store_true")
+    p.add_argument("--schedule-low-priority-values-first", action="store_true")
+    p.add_argument("--default-priority-value", type=int, default=None)
+    p.add_argument("--abort-on-priority-when-disabled", action="store_true")
+    # SGLang preempts running requests for higher-priority ones (null mode) unless this is set;
+    # the torch backend never preempts, so it behaves as if it were always set.
+    p.add_argument("--disable-priority-preemption", action="store_true")
     return p
 
 

@@ -167,3 +167,21 @@ def test_servers_script_passes_every_config(tmp_path):
                         {"CONFIG_PATH": "tree_3_1_cpu all_to_all_9_9_1_cpu", "OUT": "o"})
     assert calls == [("up --config tree_3_1_cpu --config all_to_all_9_9_1_cpu --backend torch "
                      "--run-dir o --host 127.0.0.1")]
+
+
+def test_priority_scheduling_in_server_args_makes_the_router_send_priority(tmp_path):
+    from router.cluster import ClusterSpec
+
+    cfg = load_config("tree_3_1_cpu")
+    (name, spec), = cfg.models.items()
+    prio = spec.model_copy(update={"server_args": {"torch": {"enable_priority_scheduling": True}}})
+    for model, expected in ((spec, False), (prio, True)):
+        stack = Stack([cfg.model_copy(update={"models": {name: model}})], [], "torch", tmp_path)
+        stack.plan()
+        argv = [a for s in stack.worker_specs() for a in s.argv]
+        assert ("--enable-priority-scheduling" in argv) is expected
+        cluster = ClusterSpec.model_validate(stack.cluster())
+        assert cluster.sends_priority(name) is expected
+        # A cluster-wide value overrides what the workers run with (benchmark ladders).
+        forced = cluster.model_copy(update={"priority_scheduling": not expected})
+        assert forced.sends_priority(name) is (not expected)

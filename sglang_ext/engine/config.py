@@ -33,6 +33,11 @@ class EngineConfig:
     waiting_timeout_s: float  # decode: the KV must arrive within this
     host: str = "127.0.0.1"
     bootstrap_port: int = 8998
+    # SGLang's priority scheduling flags (server_args.py says what each means).
+    enable_priority_scheduling: bool = False
+    schedule_low_priority_values_first: bool = False
+    default_priority_value: int | None = None
+    abort_on_priority_when_disabled: bool = False
 
     @property
     def max_total_tokens(self) -> int:
@@ -69,6 +74,10 @@ class EngineConfig:
             waiting_timeout_s=float(os.environ.get("SGLANG_DISAGGREGATION_WAITING_TIMEOUT", "300")),
             host=args.host,
             bootstrap_port=args.disaggregation_bootstrap_port,
+            enable_priority_scheduling=args.enable_priority_scheduling,
+            schedule_low_priority_values_first=args.schedule_low_priority_values_first,
+            default_priority_value=args.default_priority_value,
+            abort_on_priority_when_disabled=args.abort_on_priority_when_disabled,
         )
 
 

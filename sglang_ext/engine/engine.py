@@ -11,6 +11,7 @@ import concurrent.futures
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -75,6 +76,7 @@ class Engine:
         return self._thread.is_alive()
 
     def submit(self, req: Req) -> None:
+        req.time_stats.api_server_dispatch_finish_time = req.time_stats.now()
         self._inbox.put(lambda: self._add(req))
 
     def abort(
@@ -158,7 +160,13 @@ class Engine:
         for batch in (self.sched.schedule_prefill(), self.sched.schedule_decode()):
             if batch is None:
                 continue
+            started = time.perf_counter()
             logits = self.model.forward(batch.forward, self.kv_buffer)
+            if batch.is_prefill:  # SGLang's prefill_run_batch_{start,end}_time: last batch wins
+                ended = time.perf_counter()
+                for req in batch.reqs:
+                    req.time_stats.prefill_run_batch_start_time = started
+                    req.time_stats.prefill_run_batch_end_time = ended
             self.counters["forward_steps"] += 1
             self.sched.process(batch, logits)
             ran = True
@@ -204,9 +212,11 @@ class Engine:
                 503,
                 (f"{queued} requests are already queued (--max-queued-requests); retry later"),
             )
+        if not self.sched.set_or_validate_priority(req):
+            return self._reject(req, 503, P.PRIORITY_DISABLED_MESSAGE)
         self.reqs[req.rid] = req
         if self.pd is None:
-            self.sched.waiting.append(req)
+            self.sched.enqueue(req)
             return
         try:
             self.pd.add(req)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from sglang_ext import protocol as P
 from sglang_ext.engine.config import EngineConfig
 from sglang_ext.engine.request import BadRequestError, OutputChunk, Req, SamplingParams
+from sglang_ext.engine.time_stats import ReqTimeStats
 
 MAX_TOP_LOGPROBS = 20
 
@@ -76,6 +77,7 @@ def _check_bootstrap(body: dict, cfg: EngineConfig) -> None:
 
 def parse_generate(body, cfg: EngineConfig, tokenizer) -> tuple[Req, bool]:
     """Validate a /generate body; returns the Req (no callback yet) and whether to stream."""
+    received = ReqTimeStats.now()
     if not isinstance(body, dict):
         raise BadRequestError("the request body must be a JSON object")
     ids = _prompt_ids(body, tokenizer, cfg.vocab_size)
@@ -108,6 +110,9 @@ def parse_generate(body, cfg: EngineConfig, tokenizer) -> tuple[Req, bool]:
     stream = body.get(P.STREAM, False)
     if not isinstance(stream, bool):
         raise BadRequestError("'stream' must be true or false")
+    priority = body.get(P.PRIORITY)
+    if priority is not None and not _is_int(priority):
+        raise BadRequestError(f"'{P.PRIORITY}' must be an integer or null, got {priority!r}")
     req = Req(
         rid=rid or uuid.uuid4().hex,
         input_ids=ids,
@@ -118,7 +123,9 @@ def parse_generate(body, cfg: EngineConfig, tokenizer) -> tuple[Req, bool]:
         bootstrap_port=body.get(P.BOOTSTRAP_PORT),
         bootstrap_room=body.get(P.BOOTSTRAP_ROOM),
         eos_token_ids=cfg.eos_token_ids,
+        priority=priority,
     )
+    req.time_stats.created_time = received
     return req, stream
 
 
@@ -139,6 +146,11 @@ class ReplyBuilder:
 
     def add(self, chunk: OutputChunk) -> None:
         self.last = chunk
+        ts = self.req.time_stats
+        if chunk.new_ids and ts.first_token_time == 0:
+            ts.first_token_time = ReqTimeStats.now()
+        if chunk.finished:
+            ts.finished_time = ReqTimeStats.now()
         self.output_ids.extend(chunk.new_ids)
         if self.req.return_logprob:
             for lp, tok, top in zip(chunk.new_logprobs, chunk.new_ids, chunk.new_top_logprobs):
@@ -194,8 +206,10 @@ class ReplyBuilder:
             m[P.INPUT_TOP_LOGPROBS] = []
             if incremental:
                 self.sent_lps = len(self.logprobs)
+        m.update(self.req.time_stats.scheduler_meta())
         if c is not None and c.finished:
             m[P.E2E_LATENCY] = time.monotonic() - self.start
+            m.update(self.req.time_stats.finished_meta(len(self.output_ids)))
         return m
 
     def reply(self) -> dict:

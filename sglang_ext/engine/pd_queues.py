@@ -76,11 +76,14 @@ class PDQueues:
 
     def add(self, req: Req) -> None:
         """Create the request's sender/receiver and queue it (exceptions fail the request)."""
+        now = req.time_stats.now()
         if self.cfg.mode == "prefill":
             req.kv_sender = self.make_sender(req)
+            req.time_stats.prefill_bootstrap_queue_entry_time = now
             self.bootstrap.append(req)
         else:
             req.kv_receiver = self.make_receiver(req)
+            req.time_stats.decode_prealloc_queue_entry_time = now
             self.prealloc.append(req)
 
     def abort(self, req: Req) -> None:
@@ -102,7 +105,7 @@ class PDQueues:
             st = self._poll(self.bootstrap, req, req.kv_sender)
             if st == KVPoll.WaitingForInput:
                 self.bootstrap.remove(req)
-                self.sched.waiting.append(req)
+                self.sched.enqueue(req)
             elif st == KVPoll.Failed:
                 hint = (
                     f"send the same request to a decode worker (bootstrap_host "
@@ -114,6 +117,7 @@ class PDQueues:
             st = self._poll(self.inflight, req, req.kv_sender)
             if st == KVPoll.Success:
                 self.inflight.remove(req)
+                req.time_stats.prefill_kv_transfer_finish_time = req.time_stats.now()
                 req.kv_sender = None
                 req.finish({"type": P.FINISH_LENGTH, "length": 1})
                 self.sched.release(req)
@@ -148,6 +152,7 @@ class PDQueues:
             if not s.try_admit(req, s.kv_tokens_needed(req)):
                 return  # pool full: wait, in order
             self.prealloc.pop(0)
+            req.time_stats.decode_transfer_queue_entry_time = req.time_stats.now()
             self.transfer.append(req)
             prompt_pages = req.pages[: s.pool.pages_for(req.prompt_len)]
             try:
@@ -159,6 +164,7 @@ class PDQueues:
         aux = req.kv_receiver.aux() or {}
         first = int(aux[P.AUX_FIRST_TOKEN])  # KeyError: the caller fails the request
         req.kv_receiver = None
+        req.time_stats.wait_queue_entry_time = req.time_stats.now()
         req.num_computed = req.prompt_len
         req.cached_tokens = int(aux.get(P.CACHED_TOKENS, 0))
         top = [tuple(x) for x in aux.get(P.AUX_TOP_LOGPROBS) or []]
@@ -182,6 +188,7 @@ class PDQueues:
             else [],
         }
         self.inflight.append(req)
+        req.time_stats.prefill_transfer_queue_entry_time = req.time_stats.now()
         try:
             req.kv_sender.send(page_ranges(self.kv_buffer, pages, self.cfg.page_size), aux)
         except Exception as e:  # noqa: BLE001

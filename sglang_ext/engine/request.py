@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sglang_ext import protocol as P
+from sglang_ext.engine.time_stats import ReqTimeStats
 
 
 class BadRequestError(ValueError):
@@ -153,6 +154,9 @@ class Req:
     bootstrap_room: int | None = None
     on_output: Callable[[OutputChunk], None] | None = None
     eos_token_ids: frozenset[int] = frozenset()
+    # SGLang's `priority` (None: not given; the scheduler fills in the default when it sorts).
+    priority: int | None = None
+    time_stats: ReqTimeStats = field(default_factory=ReqTimeStats)
     # --- engine state ---
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)

@@ -9,6 +9,7 @@ reservation: a request is admitted only when the pages for its whole prompt + ma
 from __future__ import annotations
 
 import logging
+import sys
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -118,28 +119,72 @@ class Scheduler:
         self.req_to_token.free(req.row)
         req.row = None
 
-    # --- batches ---------------------------------------------------------------------------------
     def kv_tokens_needed(self, req: Req) -> int:
         if self.cfg.mode == "prefill":
             return req.prompt_len
         return req.prompt_len + max(req.sampling.max_new_tokens, 1)
 
+    # --- priority (SGLang's --enable-priority-scheduling) ---------------------------------------
+    def set_or_validate_priority(self, req: Req) -> bool:
+        """As SGLang's scheduler on arrival: give a request without `priority` the default (else
+        the lowest possible); False when this server refuses priorities and the request has one."""
+        cfg = self.cfg
+        if cfg.enable_priority_scheduling:
+            if req.priority is None:
+                req.priority = cfg.default_priority_value
+            if req.priority is None:
+                lowest_first = cfg.schedule_low_priority_values_first
+                req.priority = sys.maxsize if lowest_first else -sys.maxsize - 1
+            return True
+        return req.priority is None or not cfg.abort_on_priority_when_disabled
+
+    def enqueue(self, req: Req) -> None:
+        """Into the waiting queue (for prefill: once decode's destination is known)."""
+        req.time_stats.wait_queue_entry_time = req.time_stats.now()
+        self.waiting.append(req)
+
+    def _sort_waiting(self) -> None:
+        # SGLang's fcfs + priority: by priority (larger first unless low values first), then by
+        # when the request entered the waiting queue.
+        sign = 1 if self.cfg.schedule_low_priority_values_first else -1
+        self.waiting = deque(
+            sorted(
+                self.waiting,
+                key=lambda r: (sign * r.priority, r.time_stats.wait_queue_entry_time),
+            )
+        )
+
+    # --- batches ---------------------------------------------------------------------------------
     def schedule_prefill(self) -> Batch | None:
+        """Started prefills go on first (never preempted, as SGLang's chunked request); the budget
+        left admits waiting requests in queue order (sorted by priority when enabled). A request
+        leaves the waiting queue only when it gets tokens in this very batch."""
         budget = self.cfg.max_prefill_tokens
-        while (
-            self.waiting
-            and len(self.prefilling) + len(self.running) < self.cfg.max_running_requests
-            and self.try_admit(self.waiting[0], self.kv_tokens_needed(self.waiting[0]))
-        ):
-            self.prefilling.append(self.waiting.popleft())
         reqs, ends = [], []
-        for req in self.prefilling:
-            if budget <= 0:
-                break
+
+        def take(req: Req) -> None:
+            nonlocal budget
             n = min(req.prompt_len - req.num_computed, budget, self.cfg.chunked_prefill_size)
             reqs.append(req)
             ends.append(req.num_computed + n)
             budget -= n
+
+        for req in self.prefilling:
+            if budget <= 0:
+                break
+            take(req)
+        if self.cfg.enable_priority_scheduling and len(self.waiting) > 1:
+            self._sort_waiting()
+        while (
+            budget > 0
+            and self.waiting
+            and len(self.prefilling) + len(self.running) < self.cfg.max_running_requests
+            and self.try_admit(self.waiting[0], self.kv_tokens_needed(self.waiting[0]))
+        ):
+            req = self.waiting.popleft()
+            self.prefilling.append(req)
+            req.time_stats.forward_entry_time = req.time_stats.now()
+            take(req)
         if not reqs:
             return None
         slots = [self.req_to_token.slots(r.row, 0, e) for r, e in zip(reqs, ends)]
@@ -152,6 +197,8 @@ class Scheduler:
         reqs = list(self.running)
         for r in reqs:
             self.grow(r, r.seq_len)
+            if r.time_stats.forward_entry_time == 0:  # decode worker: its first forward here
+                r.time_stats.forward_entry_time = r.time_stats.now()
         slots = [self.req_to_token.slots(r.row, 0, r.seq_len) for r in reqs]
         return Batch(
             reqs,
@@ -172,6 +219,10 @@ class Scheduler:
         if not idx:
             return
         reqs = [batch.reqs[i] for i in idx]
+        if batch.is_prefill:
+            now = reqs[0].time_stats.now()
+            for req in reqs:
+                req.time_stats.prefill_finished_time = now
         out = sample(logits[idx], reqs, self.default_gen)
         for j, req in enumerate(reqs):
             self.append_token(
@@ -225,6 +276,7 @@ class Scheduler:
 
     def finish(self, req: Req) -> None:
         """Free a finished request and send its last chunk."""
+        req.time_stats.completion_time = req.time_stats.now()
         self.drop(req)
         req.emit()
 
