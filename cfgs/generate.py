@@ -54,10 +54,12 @@ def proposer_templates(n: int) -> dict:
             for i, p in enumerate(PERSONAS[:n])}
 
 
-def tree(n_clusters: int, leaf_models: list[str], mid_model: str, root_model: str,
+def tree(n_clusters: int, leaf_models: list[str], mid_model: str | list[str], root_model: str,
          leaf_sampling: list[dict] | None = None):
     """n_clusters leaf clusters of len(leaf_models) proposers, one aggregator each, one root.
-    Leaf k of each cluster takes `leaf_sampling[k]` (its length budget, say)."""
+    Leaf k of each cluster takes `leaf_sampling[k]` (its length budget, say); `mid_model` is one
+    model for every cluster's aggregator, or a list with one per cluster."""
+    mid_models = [mid_model] * n_clusters if isinstance(mid_model, str) else mid_model
     agents, templates = [], proposer_templates(n_clusters * len(leaf_models))
     mids = []
     for c in range(n_clusters):
@@ -72,7 +74,7 @@ def tree(n_clusters: int, leaf_models: list[str], mid_model: str, root_model: st
             leaves.append(agent_id)
         mid = f"agg_{c}" if n_clusters > 1 else "final"
         templates[f"aggregate_{mid}"] = {"system": AGGREGATOR_SYSTEM, "user": aggregator_user(leaves)}
-        agents.append({"id": mid, "model": mid_model if n_clusters > 1 else root_model,
+        agents.append({"id": mid, "model": mid_models[c] if n_clusters > 1 else root_model,
                        "template": f"aggregate_{mid}"})
         mids.append(mid)
     if n_clusters > 1:
@@ -171,6 +173,20 @@ def main() -> None:
     a, t = all_to_all(9, ["smollm2"], "smollm2", "smollm2", CPU_LEAF_BUDGETS)
     write("all_to_all_9_9_1_cpu", "CPU default: the dense 9-9-1 baseline on SmolLM2-135M; "
           f"greedy; {budgets}.", cpu, a, t, CPU_SAMPLING, "all-minilm-l6-v2")
+
+    # Two model families with different tokenizers, so a successor reads some precursors by
+    # token ids (same family) and others by re-tokenized text (README: mixed-family configs).
+    mixed = {**cpu, "gemma3": {"model_path": "gemma3-270m", "server_args": cpu_args}}
+    family = ["smollm2", "smollm2", "gemma3"]
+    a, t = tree(1, family, "smollm2", "smollm2", CPU_LEAF_BUDGETS)
+    write("tree_3_1_mixed_cpu", "CPU, two model families: proposers SmolLM2-135M, SmolLM2-135M "
+          f"and Gemma-3-270M, aggregator SmolLM2-135M; greedy; {budgets}.",
+          mixed, a, t, CPU_SAMPLING, "all-minilm-l6-v2")
+    a, t = tree(3, family, ["smollm2", "gemma3", "smollm2"], "smollm2", CPU_LEAF_BUDGETS)
+    write("tree_9_3_1_mixed_cpu", "CPU, two model families: the 9-3-1 tree with each cluster's "
+          "proposers SmolLM2, SmolLM2, Gemma-3-270M; agg_1 is Gemma-3-270M, the other "
+          f"aggregators and the root SmolLM2; greedy; {budgets}.",
+          mixed, a, t, CPU_SAMPLING, "all-minilm-l6-v2")
 
 
 if __name__ == "__main__":

@@ -54,7 +54,10 @@ def _load(path: str) -> LoadedTokenizer:
         ) from e
     vocab = tok.get_vocab()
     eot = {tok.eos_token_id} if tok.eos_token_id is not None else set()
-    eot |= {vocab[t] for t in _END_OF_TURN if t in vocab}
+    # Only where the name is a special token: Gemma's vocabulary has "</s>" as plain text
+    # (HTML strike-through), which a spliced answer must keep.
+    special = {i for i, t in tok.added_tokens_decoder.items() if t.special}
+    eot |= {vocab[t] for t in _END_OF_TURN if vocab.get(t) in special}
     digest = hashlib.sha1(repr(sorted(vocab.items())).encode()).hexdigest()[:16]
     log.info("tokenizer %s: vocab %d, end-of-turn ids %s", path, len(vocab), sorted(eot))
     return LoadedTokenizer(tok=tok, eot_ids=frozenset(eot), family=digest)

@@ -28,9 +28,26 @@ def test_unknown_name_says_what_to_give():
     with pytest.raises(FileNotFoundError) as err:
         resolve_model_path("meta-llama/Llama-3-8B")
     assert str(err.value) == (
-        "model 'meta-llama/Llama-3-8B' not found: give a local HF directory or 'smollm2-135m'; "
-        "no model hub is reachable"
+        "model 'meta-llama/Llama-3-8B' not found: give a local HF directory, 'smollm2-135m' or "
+        "'gemma3-270m'; no model hub is reachable"
     )
+
+
+def test_gemma3_conversion_joins_the_chunks_and_attaches_the_chat_template(tmp_path, monkeypatch):
+    calls = []
+
+    def convert(gguf: Path, out_dir: Path, chat_template=None, eos_tokens=()) -> None:
+        calls.append((gguf.name, gguf.stat().st_size, chat_template, eos_tokens))
+        (out_dir / "config.json").write_text("{}")
+
+    monkeypatch.setattr(model_store, "_convert_gguf", convert)
+    path = Path(resolve_model_path("google/gemma-3-270m", str(tmp_path)))
+    assert path == tmp_path / "models" / model_store.GEMMA3_DIRNAME
+    assert resolve_model_path("gemma3-270m", str(tmp_path)) == str(path)
+    ((name, size, template, eos),) = calls  # converted once
+    assert name.endswith(".gguf") and size > 200_000_000  # the four chunks, joined
+    assert "<start_of_turn>" in template and eos == ("<end_of_turn>",)
+    assert {p.name for p in path.iterdir()} == {"config.json", model_store.DONE_MARKER}
 
 
 def test_smollm2_names_share_one_converted_dir():

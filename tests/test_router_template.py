@@ -173,3 +173,15 @@ def test_a_question_quoting_slot_syntax_stays_text(tok):
     pieces = build_pieces(tok, AGG, question)
     assert pieces.slots == ["a", "b", "c"] and len(pieces.betweens) == 2
     assert question in tok.tok.decode(pieces.head)
+
+
+def test_gemma_end_of_turn_ids_are_its_special_tokens_only(tok):
+    from sglang_ext.engine.model_store import resolve_model_path
+
+    gemma = TokenizerStore().get(resolve_model_path("gemma3-270m"))
+    # "</s>" is in Gemma's vocabulary too, but as plain text: it stays in a spliced answer.
+    assert gemma.tok.convert_ids_to_tokens(sorted(gemma.eot_ids)) == ["<eos>", "<end_of_turn>"]
+    assert gemma.family != tok.family
+    pieces = build_pieces(gemma, AGG, "What is 2+3?")
+    assert pieces.head[:2] == gemma.tok.convert_tokens_to_ids(["<bos>", "<start_of_turn>"])
+    assert gemma.tok.decode(pieces.tail).endswith("<end_of_turn>\n<start_of_turn>model\n")

@@ -1,4 +1,4 @@
-"""Tiny random-weight HF model directories (Llama, Llama with llama3 RoPE, Qwen3) for tests.
+"""Tiny random-weight HF model directories (Llama, Llama with llama3 RoPE, Qwen3, Gemma3) for tests.
 
 Each carries the SmolLM2 tokenizer and chat template, so engine and server tests can send text.
 Built once per test process into a temp dir (`tiny_model_dir(kind)`), removed at exit.
@@ -13,11 +13,19 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (
+    AutoTokenizer,
+    Gemma3ForCausalLM,
+    Gemma3TextConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
+)
 
 from sglang_ext.engine.model_store import resolve_model_path
 
-KINDS = ("llama", "llama3-rope", "qwen3")
+KINDS = ("llama", "llama3-rope", "qwen3", "gemma3")
 
 # SmolLM2's special ids: <|endoftext|> 0, <|im_start|> 1, <|im_end|> 2 (end of a chat turn).
 COMMON = {
@@ -55,6 +63,23 @@ def _build(kind: str) -> torch.nn.Module:
     if kind == "qwen3":  # q/k norms; head_dim * heads != hidden_size
         config = Qwen3Config(**COMMON, head_dim=32, tie_word_embeddings=False, rope_theta=1e6)
         return Qwen3ForCausalLM(config)
+    if kind == "gemma3":
+        # A window of 8 so the tests' 9-45 token sequences cross it; the attention scale
+        # (query_pre_attn_scalar) differs from 1/sqrt(head_dim); local and global RoPE bases differ.
+        config = Gemma3TextConfig(
+            **{**COMMON, "num_hidden_layers": 3},
+            head_dim=32,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+            query_pre_attn_scalar=24,
+            final_logit_softcapping=30.0,
+            rope_parameters={
+                "full_attention": {"rope_type": "default", "rope_theta": 1e6},
+                "sliding_attention": {"rope_type": "default", "rope_theta": 100.0},
+            },
+            tie_word_embeddings=True,
+        )
+        return Gemma3ForCausalLM(config)
     raise ValueError(f"unknown tiny model kind '{kind}': use one of {KINDS}")
 
 

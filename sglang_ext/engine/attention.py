@@ -1,4 +1,4 @@
-"""Rotary embedding and paged-KV attention for `CausalLM` (Llama and Qwen3 layouts).
+"""Rotary embedding and paged-KV attention for `CausalLM` (Llama, Qwen3 and Gemma3 layouts).
 
 Each layer writes the new tokens' K/V into its slice of the KV buffer, then attends per sequence
 over that sequence's gathered slots; `AttentionPlan` holds the per-sequence bookkeeping.
@@ -61,6 +61,9 @@ class SeqAttention:
     slots: torch.Tensor  # KV slots of tokens 0..seq_len-1
     mask: torch.Tensor | None  # [new, seq_len] bool, None when no mask is needed
     is_causal: bool  # whole sequence is new: plain causal mask
+    # Sliding-window layers' [new, seq_len] mask; None where the window reaches back to token 0
+    # for every new token (then `mask`/`is_causal` apply to those layers too).
+    window_mask: torch.Tensor | None = None
 
 
 @dataclass(slots=True)
@@ -71,7 +74,7 @@ class AttentionPlan:
     seqs: list[SeqAttention]
 
     @classmethod
-    def from_batch(cls, batch: ForwardBatch) -> AttentionPlan:
+    def from_batch(cls, batch: ForwardBatch, sliding_window: int | None = None) -> AttentionPlan:
         seqs, start = [], 0
         for slots, n in zip(batch.seq_slots, batch.extend_lens):
             total = len(slots)
@@ -79,9 +82,19 @@ class AttentionPlan:
             if 1 < n < total:
                 # New token i sits at position total - n + i and sees keys 0..total - n + i.
                 mask = torch.ones(n, total, dtype=torch.bool).tril(diagonal=total - n)
-            seqs.append(SeqAttention(start, start + n, slots, mask, is_causal=n > 1 and n == total))
+            seq = SeqAttention(start, start + n, slots, mask, is_causal=n > 1 and n == total)
+            if sliding_window is not None and total > sliding_window:
+                seq.window_mask = _window_mask(n, total, sliding_window)
+            seqs.append(seq)
             start += n
         return cls(batch.out_slots, seqs)
+
+
+def _window_mask(n: int, total: int, window: int) -> torch.Tensor:
+    # Query at position q sees key k iff q - window < k <= q (transformers' sliding overlay).
+    q = torch.arange(total - n, total)[:, None]
+    k = torch.arange(total)[None, :]
+    return (k <= q) & (k > q - window)
 
 
 class Attention(nn.Module):
@@ -93,17 +106,22 @@ class Attention(nn.Module):
         head_dim: int,
         bias: bool,
         qk_norm_eps: float | None,
+        norm_cls: type[nn.Module] = nn.RMSNorm,
+        scale: float | None = None,
+        sliding: bool = False,
     ) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
+        self.scale = scale  # None: SDPA's 1/sqrt(head_dim)
+        self.sliding = sliding  # attend through the plan's window masks (Gemma3's local layers)
         q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
         self.qkv_proj = MergedLinear(hidden_size, [q_size, kv_size, kv_size], bias=bias)
         self.o_proj = nn.Linear(q_size, hidden_size, bias=bias)
-        # Qwen3 normalizes each head of q and k before RoPE.
+        # Qwen3 and Gemma3 normalize each head of q and k before RoPE.
         self.q_norm = self.k_norm = None
         if qk_norm_eps is not None:
-            self.q_norm = nn.RMSNorm(head_dim, eps=qk_norm_eps)
-            self.k_norm = nn.RMSNorm(head_dim, eps=qk_norm_eps)
+            self.q_norm = norm_cls(head_dim, eps=qk_norm_eps)
+            self.k_norm = norm_cls(head_dim, eps=qk_norm_eps)
 
     def forward(
         self,
@@ -128,12 +146,14 @@ class Attention(nn.Module):
         out = torch.empty_like(q)
         for seq in plan.seqs:
             kv = kv_cache.index_select(1, seq.slots).to(q.dtype)  # [2, seq_len, kv_heads, head_dim]
+            windowed = self.sliding and seq.window_mask is not None
             out[seq.start : seq.end] = F.scaled_dot_product_attention(
                 q[seq.start : seq.end].transpose(0, 1)[None],  # [1, heads, new, head_dim]
                 kv[0].transpose(0, 1)[None],
                 kv[1].transpose(0, 1)[None],
-                attn_mask=seq.mask,
-                is_causal=seq.is_causal,
+                attn_mask=seq.window_mask if windowed else seq.mask,
+                is_causal=seq.is_causal and not windowed,
+                scale=self.scale,
                 enable_gqa=True,
             )[0].transpose(0, 1)
         return self.o_proj(out.view(t, -1))

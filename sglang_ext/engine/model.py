@@ -1,4 +1,4 @@
-"""CausalLM: the Llama-family (SmolLM2, Llama 3) and Qwen3 decoder over a paged KV buffer.
+"""CausalLM: the Llama-family (SmolLM2, Llama 3), Qwen3 and Gemma3 decoders over a paged KV buffer.
 
 The engine's model runner calls `CausalLM.from_pretrained` once and `forward` every step, with
 prefills and decodes of many sequences concatenated in one `ForwardBatch`.
@@ -14,10 +14,12 @@ from torch import nn
 
 from sglang_ext.engine.attention import Attention, AttentionPlan, RotaryEmbedding
 from sglang_ext.engine.forward_batch import ForwardBatch
+from sglang_ext.engine.gemma3 import Gemma3DecoderLayer, GemmaRMSNorm
 from sglang_ext.engine.linear import Linear, MergedLinear
 from sglang_ext.engine.weights import load_weights, read_hf_config
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen3")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen3", "gemma3_text")
+GEMMA3 = "gemma3_text"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +42,14 @@ class ModelConfig:
     bos_token_id: int | None
     eos_token_ids: tuple[int, ...]
     dtype: torch.dtype
+    # Gemma3 only (None/empty for Llama and Qwen3): which layers attend through a sliding window,
+    # its width, those layers' RoPE base, the attention and embedding scales, the logit softcap.
+    sliding_layers: tuple[bool, ...] = ()
+    sliding_window: int | None = None
+    local_rope_theta: float | None = None
+    attn_scale: float | None = None
+    embed_scale: float | None = None
+    final_logit_softcap: float | None = None
 
     @classmethod
     def from_hf(cls, hf: dict, dtype: torch.dtype = torch.float32) -> ModelConfig:
@@ -50,6 +60,9 @@ class ModelConfig:
                 f"model_type '{model_type}' is not supported: use {SUPPORTED_MODEL_TYPES}"
             )
         rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
+        gemma = _gemma3_fields(hf, rope) if model_type == GEMMA3 else {}
+        if gemma:
+            rope = rope.get("full_attention") or {"rope_theta": hf.get("rope_theta", 1e6)}
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         eos = hf.get("eos_token_id")
         eos = [eos] if isinstance(eos, int) else list(eos or [])
@@ -67,12 +80,39 @@ class ModelConfig:
             rope_scaling=dict(rope) if rope_type != "default" else None,
             max_position=hf["max_position_embeddings"],
             attention_bias=hf.get("attention_bias", False),
-            qk_norm=model_type == "qwen3",
+            qk_norm=model_type in ("qwen3", GEMMA3),
             tie_word_embeddings=hf.get("tie_word_embeddings", False),
             bos_token_id=hf.get("bos_token_id"),
             eos_token_ids=tuple(dict.fromkeys(eos)),  # dedupe, keep order
             dtype=dtype,
+            **gemma,
         )
+
+
+def _gemma3_fields(hf: dict, rope: dict) -> dict:
+    """Gemma3's extra fields, from a transformers 5.x (`layer_types`, per-type `rope_parameters`)
+    or 4.x (`sliding_window_pattern`, `rope_local_base_freq`) config.json."""
+    if hf.get("attn_logit_softcapping") is not None:
+        raise ValueError("attn_logit_softcapping is not supported (Gemma2-style checkpoints)")
+    if hf.get("use_bidirectional_attention"):
+        raise ValueError("use_bidirectional_attention is not supported (an embedding model?)")
+    n = hf["num_hidden_layers"]
+    types = hf.get("layer_types") or [
+        "full_attention" if (i + 1) % hf.get("sliding_window_pattern", 6) == 0 else "sliding"
+        for i in range(n)
+    ]
+    local = rope.get("sliding_attention") or {}
+    local_type = local.get("rope_type", "default")
+    if local_type != "default":
+        raise ValueError(f"sliding layers' rope_type '{local_type}' is not supported (default)")
+    return {
+        "sliding_layers": tuple(t != "full_attention" for t in types),
+        "sliding_window": hf["sliding_window"],
+        "local_rope_theta": local.get("rope_theta", hf.get("rope_local_base_freq", 10000.0)),
+        "attn_scale": hf.get("query_pre_attn_scalar", 256) ** -0.5,
+        "embed_scale": hf["hidden_size"] ** 0.5,
+        "final_logit_softcap": hf.get("final_logit_softcapping"),
+    }
 
 
 class MLP(nn.Module):
@@ -110,8 +150,12 @@ class DecoderModel(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
-        self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        if cfg.model_type == GEMMA3:
+            self.layers = nn.ModuleList(Gemma3DecoderLayer(cfg, s) for s in cfg.sliding_layers)
+            self.norm = GemmaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+        else:
+            self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
+            self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
 
 class CausalLM(nn.Module):
@@ -119,6 +163,9 @@ class CausalLM(nn.Module):
         super().__init__()
         self.config = config
         self.rotary = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling)
+        self.local_rotary = None  # Gemma3's sliding layers use their own RoPE base
+        if config.local_rope_theta is not None:
+            self.local_rotary = RotaryEmbedding(config.head_dim, config.local_rope_theta, None)
         with torch.device("meta"):  # no random init: every weight comes from the checkpoint
             self.model = DecoderModel(config)
             self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
@@ -143,14 +190,24 @@ class CausalLM(nn.Module):
 
         Logits are [num_seqs, vocab] for each sequence's last new token, or [T, vocab].
         """
-        plan = AttentionPlan.from_batch(batch)
-        cos, sin = (x.to(self.config.dtype) for x in self.rotary(batch.positions))
+        cfg = self.config
+        plan = AttentionPlan.from_batch(batch, cfg.sliding_window)
+        rope = {False: tuple(x.to(cfg.dtype) for x in self.rotary(batch.positions))}
+        if self.local_rotary is not None:
+            rope[True] = tuple(x.to(cfg.dtype) for x in self.local_rotary(batch.positions))
         h = self.model.embed_tokens(batch.input_ids)
+        if cfg.embed_scale is not None:  # Gemma: scaled as a tensor of the model's dtype
+            h = h * torch.tensor(cfg.embed_scale, dtype=h.dtype)
         for layer, kv_cache in zip(self.model.layers, kv_buffer):
+            cos, sin = rope[getattr(layer, "sliding", False)]
             h = layer(h, cos, sin, kv_cache, plan)
         if not all_logits:
             h = h[torch.tensor([seq.end - 1 for seq in plan.seqs], dtype=torch.long)]
-        return self.lm_head(self.model.norm(h)).float()
+        logits = self.lm_head(self.model.norm(h)).float()
+        if cfg.final_logit_softcap is not None:
+            cap = cfg.final_logit_softcap
+            logits = torch.tanh(logits / cap) * cap
+        return logits
 
 
 def make_kv_buffer(config: ModelConfig, num_slots: int, dtype: torch.dtype) -> torch.Tensor:

