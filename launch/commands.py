@@ -21,18 +21,25 @@ def default_run_dir() -> Path:
 
 
 def make_stack(config_names: list[str], backend: str, run_dir: Path, host: str,
-               pin_cpus: bool = False) -> Stack:
+               pin_cpus: bool = False, warmup_verb: str = "generate") -> Stack:
     paths = [str(resolve_config_path(c)) for c in config_names]
     configs = [load_config(p) for p in paths]
     load_configs_by_name(paths)  # two different configs under one name: stop before starting
-    gpu_ids = None
+    gpu_ids, sglang_cpu = None, False
     if backend == "sglang":
-        from launch.gpus import assign_gpus, free_memory_by_gpu
+        from launch.gpus import assign_gpus, free_memory_by_gpu, has_nvidia_gpus
 
-        n = sum(m.workers.prefill + m.workers.decode
-                for m in {k: v for c in configs for k, v in c.models.items()}.values())
-        gpu_ids = assign_gpus(n, free_memory_by_gpu())
-    return Stack(configs, paths, backend, run_dir, host=host, gpu_ids=gpu_ids, pin_cpus=pin_cpus)
+        if has_nvidia_gpus():
+            n = sum(m.workers.prefill + m.workers.decode
+                    for m in {k: v for c in configs for k, v in c.models.items()}.values())
+            gpu_ids = assign_gpus(n, free_memory_by_gpu())
+        else:
+            # No GPU: real SGLang on its own CPU path (sglang_ext/sglang_backend/cpu.py).
+            sglang_cpu = True
+            console.print("no NVIDIA GPU here: real SGLang runs on its CPU path "
+                          "(≈3.7 GB and ≈20-30 s to start per worker)")
+    return Stack(configs, paths, backend, run_dir, host=host, gpu_ids=gpu_ids, pin_cpus=pin_cpus,
+                 sglang_cpu=sglang_cpu, warmup_verb=warmup_verb)
 
 
 def bring_up(stack: Stack) -> dict:
@@ -49,7 +56,7 @@ def bring_up(stack: Stack) -> dict:
 
 def _cmd_up(args: argparse.Namespace) -> int:
     stack = make_stack(args.config, args.backend, Path(args.run_dir or default_run_dir()),
-                       args.host, args.pin_cpus)
+                       args.host, args.pin_cpus, args.warmup_verb)
     try:
         cluster = bring_up(stack)
     except LaunchError as e:
@@ -104,6 +111,9 @@ def register(sub) -> None:
     p.add_argument("--backend", choices=["torch", "sglang"], default="torch")
     p.add_argument("--run-dir", help="where cluster.json and logs go (default runs/<time>)")
     p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--warmup-verb", choices=["generate", "prefill_only"], default="generate",
+                   help="how the shell router sends warm-ups: SGLang's /generate with the fake "
+                        "bootstrap host (default), or the /prefill_only route both backends serve")
     p.add_argument("--detach", action="store_true",
                    help="return once healthy, leave the processes running")
     add_pin_cpus(p)

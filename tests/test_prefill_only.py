@@ -28,7 +28,8 @@ def test_input_ids_become_a_fake_host_warmup():
 def test_given_room_rank_and_prefixed_rid_are_kept():
     rid = P.WARMUP_RID_PREFIX + "x"
     req = to_generate_request({"text": "hi", "rid": rid, "bootstrap_room": 42,
-                               "routed_dp_rank": 1})
+                               "routed_dp_rank": 1, "priority": 0})
+    assert req[P.PRIORITY] == 0  # the router's warm-up priority reaches SGLang's scheduler
     assert req[P.RID] == rid  # not prefixed twice
     assert req[P.TEXT] == "hi"
     assert req[P.BOOTSTRAP_ROOM] == 42
@@ -63,6 +64,7 @@ def test_the_input_body_is_not_mutated():
         ({"input_ids": [1], "bootstrap_room": True}, "bootstrap_room"),
         ({"input_ids": [1], "routed_dp_rank": -1}, "routed_dp_rank"),
         ({"input_ids": [1], "rid": 7}, "rid"),
+        ({"input_ids": [1], "priority": "high"}, "priority"),
         (["not", "a", "dict"], "JSON object"),
     ],
 )

@@ -88,33 +88,30 @@ async def generate(request: web.Request) -> web.StreamResponse:
 
 
 async def prefill_only(request: web.Request) -> web.Response:
-    from sglang_ext.prefill_only import (
-        PrefillOnlyReplyError,
-        PrefillOnlyRequestError,
-        to_generate_request,
-        to_prefill_only_reply,
-    )
+    """Our warm-up verb: the same code as the route the patch mounts on real SGLang
+    (sglang_ext.prefill_only.serve), over this engine's own /generate path."""
+    import json
+
+    from sglang_ext.prefill_only import serve as serve_prefill_only
 
     engine = request.app[STATE].engine
     if engine.cfg.mode == "decode":
         return error(400, "/prefill_only is served by prefill and null workers, not decode")
     try:
-        body = to_generate_request(await json_body(request))
-        req, _ = parse_generate(body, engine.cfg, request.app[STATE].tokenizer)
-    except (BadRequestError, PrefillOnlyRequestError) as e:
+        body = await json_body(request)
+    except BadRequestError as e:
         return error(400, str(e))
-    t0 = time.monotonic()
-    resp = await serve(request, req, stream=False)
-    if resp.status != 200:
-        return resp
-    import json
 
-    try:
-        return web.json_response(
-            to_prefill_only_reply(json.loads(resp.body), time.monotonic() - t0)
-        )
-    except PrefillOnlyReplyError as e:
-        return error(500, str(e))
+    async def generate(gen_body: dict) -> tuple[int, object]:
+        try:
+            req, _ = parse_generate(gen_body, engine.cfg, request.app[STATE].tokenizer)
+        except BadRequestError as e:
+            return 400, P.error_body(str(e), 400)
+        resp = await serve(request, req, stream=False)
+        return resp.status, json.loads(resp.body)
+
+    status, reply = await serve_prefill_only(body, generate)
+    return web.json_response(reply, status=status)
 
 
 async def health(request: web.Request) -> web.Response:

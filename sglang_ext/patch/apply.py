@@ -88,6 +88,8 @@ def apply(version: str | None = None) -> list[Patch]:
             from sglang.srt.entrypoints import http_server
 
             prefill_only_route.install(http_server.app, dp_rank_field(version))
-        logger.info("moa-pd patch %s applied for SGLang %s (%s)", patch.name, version,
-                    patch.process)
+        # WARNING, not INFO: this runs before SGLang configures logging, and Python's
+        # last-resort handler drops anything below WARNING, so an operator could not tell.
+        logger.warning("moa-pd patch %s applied for SGLang %s (%s)", patch.name, version,
+                       patch.process)
     return plan

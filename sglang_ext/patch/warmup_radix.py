@@ -10,6 +10,7 @@ import logging
 import os
 
 from sglang_ext import protocol as P
+from sglang_ext.patch import cpu_nixl
 
 logger = logging.getLogger(__name__)
 
@@ -67,5 +68,9 @@ def register_plugin() -> None:
             f"{P.FAKE_BOOTSTRAP_HOST!r}; update protocol.py for this SGLang version"
         )
     HookRegistry.register(HOOK_TARGET, after_req_init, HookType.AFTER)
-    logger.info("moa-pd: fake-host requests with rid prefix %r are inserted into the radix cache",
-                P.WARMUP_RID_PREFIX)
+    # WARNING: SGLang loads plugins before it configures the scheduler's logging, so an INFO
+    # line would be dropped and the log would not show that the patch is active.
+    logger.warning("moa-pd: fake-host requests with rid prefix %r are inserted into the radix "
+                   "cache (pid %d)", P.WARMUP_RID_PREFIX, os.getpid())
+    if os.environ.get(cpu_nixl.CPU_ENGINE_ENV, "").lower() in ("1", "true"):
+        cpu_nixl.register_kv_as_dram()

@@ -8,12 +8,13 @@ from __future__ import annotations
 import argparse
 import logging
 import shlex
+import signal
 import sys
 import time
 from pathlib import Path
 
+from launch.procs import LaunchError, Proc, ProcSpec, start, stop_group, wait_healthy
 from sglang_ext import protocol as P
-from sglang_ext.sglang_backend import runner
 from sglang_ext.sglang_backend.pair import PDPairSpec, pd_pair_commands
 
 
@@ -74,31 +75,39 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# {role}\n{shlex.join(cmd)}")
         return 0
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    procs: list[runner.Proc] = []
+    # SIGTERM stops the pair exactly as Ctrl-C does (a shell that backgrounds us ignores SIGINT).
+    signal.signal(signal.SIGTERM, _interrupt)
+    procs: list[Proc] = []
     try:
         # Workers first (in parallel: each loads its model), the router once both answer.
-        for role in ("prefill", "decode"):
-            procs.append(runner.start(role, commands[role], args.log_dir))
-        for proc in procs:
-            runner.wait_healthy(proc, spec.url(proc.name), args.startup_timeout)
-        procs.append(runner.start("router", commands["router"], args.log_dir))
-        runner.wait_healthy(procs[-1], spec.url("router"), args.startup_timeout)
+        workers = [start(ProcSpec(role, commands[role], spec.url(role) + "/health"), args.log_dir)
+                   for role in ("prefill", "decode")]
+        procs += workers
+        wait_healthy(workers, args.startup_timeout)
+        router = start(ProcSpec("router", commands["router"], spec.url("router") + "/health"),
+                       args.log_dir)
+        procs.append(router)
+        wait_healthy([router], args.startup_timeout)
         print(f"ready: router {spec.url('router')} prefill {spec.url('prefill')} "
               f"decode {spec.url('decode')}", flush=True)
         while all(p.popen.poll() is None for p in procs):
             time.sleep(1.0)
-        dead = [p for p in procs if p.popen.poll() is not None]
-        print(f"error: {dead[0].name} exited ({dead[0].popen.returncode}); log "
-              f"{dead[0].log_path}", file=sys.stderr)
+        dead = next(p for p in procs if p.popen.poll() is not None)
+        print(f"error: {dead.spec.name} exited ({dead.popen.returncode}); log "
+              f"{dead.log_path}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         return 0
-    except (RuntimeError, TimeoutError) as e:
+    except LaunchError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     finally:
-        runner.stop(procs)
+        for proc in reversed(procs):
+            stop_group(proc.pid)
 
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,6 +1,6 @@
 """One PD pair on real SGLang as data: its spec and the exact command lines of its three processes.
 
-Pure (no SGLang import), so CPU tests and `--dry-run` see what would run; `runner.py` runs them.
+Pure (no SGLang import), so CPU tests and `--dry-run` see what would run; `__main__.py` runs them through launch.procs.
 """
 
 from __future__ import annotations
@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass, field
 
+from launch.worker_cmd import router_argv
 from sglang_ext import protocol as P
 
 ROLES = ("prefill", "decode", "router")
@@ -99,14 +100,9 @@ def worker_command(spec: PDPairSpec, role: str) -> list[str]:
 
 def router_command(spec: PDPairSpec) -> list[str]:
     """`python -m sglang_router.launch_router --pd-disaggregation ...` in front of the pair."""
-    return [
-        spec.python, "-m", "sglang_router.launch_router", "--pd-disaggregation",
-        "--prefill", spec.url("prefill"), str(spec.bootstrap_port),
-        "--decode", spec.url("decode"),
-        "--host", spec.host, "--port", str(spec.router_port),
-        "--prometheus-host", spec.url_host, "--prometheus-port", str(spec.router_metrics_port),
-        *spec.router_args,
-    ]
+    return router_argv([(spec.url("prefill"), spec.bootstrap_port)], [spec.url("decode")],
+                       spec.host, spec.router_port, spec.url_host, spec.router_metrics_port,
+                       spec.router_args, python=spec.python)
 
 
 def pd_pair_commands(spec: PDPairSpec) -> dict[str, list[str]]:
