@@ -20,7 +20,9 @@ CRITICAL = "#c44e52"
 
 
 def pick_question(rows: Sequence[ResultRow]) -> str | None:
-    """The first question every setting of the run answered without error and with times."""
+    """The first question every MoA setting of the run answered without error and with times
+    (the single-model baseline, #5, has no graph to draw)."""
+    rows = [r for r in rows if r.single_model is None]
     settings = {r.setting for r in rows}
     ok: dict[str, set[int]] = {}
     for r in rows:
@@ -30,7 +32,8 @@ def pick_question(rows: Sequence[ResultRow]) -> str | None:
 
 
 def timeline_figure(rows: Sequence[ResultRow], sample_id: str) -> Figure:
-    mine = sorted((r for r in rows if r.sample_id == sample_id and r.ok), key=lambda r: r.setting)
+    mine = sorted((r for r in rows if r.sample_id == sample_id and r.ok
+                   and r.single_model is None), key=lambda r: r.setting)
     agents = sorted(mine[0].agents, key=lambda a: (mine[0].agents[a].layer or 0, a), reverse=True)
     span = max(r.e2e_s for r in mine)
     fig = Figure(figsize=(11, 0.9 + 0.28 * len(agents) * len(mine)))
