@@ -1,10 +1,13 @@
-"""End-to-end early-exit benchmark (issue 5) on the CPU default: brings up a deployment of
-tree_9_3_1_cpu (torch backend), runs GSM8K questions pipelined with early exit off and on,
-interleaved per question (off, on, off, on, ...), and reports medians: time per EE decision, EE
-time as a share of end-to-end latency, activation % per model and per agent layer, and latency
-with vs without EE. Writes a markdown table to stdout and to OUT/bench_early_exit_e2e.md.
+"""End-to-end early-exit benchmark on the CPU default: brings up a deployment of tree_9_3_1_cpu
+(torch backend) and runs GSM8K questions pipelined with early exit off and on. Every measurement
+starts on cold caches (every worker's prefix cache flushed first), and the order alternates per
+question (off, on | on, off | ...), so neither variant reuses the other's KV or always runs
+second. Reports the median of the paired per-question latency ratios on ÷ off with a 95%
+bootstrap CI, the exit rate (moot exits apart), both accuracies with McNemar's exact p, and early
+exit's overhead: decision compute ÷ e2e, and exiting decisions' wall time (their delay on the
+critical path) ÷ e2e. Writes OUT/bench_early_exit_e2e.{jsonl,md}.
 
-    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python -m experiments.bench_early_exit_e2e \
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python -m experiments.bench_early_exit_e2e \\
         --num-samples 20 --out runs/bench_ee
 """
 
@@ -19,8 +22,11 @@ import time
 from pathlib import Path
 
 from experiments.datasets import load_questions
+from experiments.paired_stats import bootstrap_ci, mcnemar
 from experiments.prompts import build_question_prompt
 from experiments.router_client import RouterClient
+from experiments.run import flush_worker_caches
+from experiments.scoring import score
 from launch.commands import bring_up, make_stack
 from router.config_loader import load_config
 from router.early_exit import activation_percentage
@@ -42,82 +48,97 @@ def layer_activation(traces: list[dict]) -> dict[int, float]:
     return {k: 100.0 * used[k] / planned[k] for k in sorted(planned)}
 
 
-async def run_all(url: str, config: str, questions, budget_s: float, log) -> list[dict]:
+async def run_all(cluster: dict, config: str, questions, budget_s: float, log) -> list[dict]:
     rows: list[dict] = []
     start = time.perf_counter()
-    async with RouterClient(url) as client:
-        # Untimed warm-up: loads the embedder in the router and warms the workers.
+    async with RouterClient(cluster["shell_router_url"]) as client:
+        # Untimed warm-up of the code paths (the embedder is already loaded at start-up).
         for ee in (True, False):
             await client.run_graph("What is 1 + 1?", "warmup", config, "pipelined", ee)
         for i, q in enumerate(questions):
             if time.perf_counter() - start > budget_s:
                 log(f"time budget {budget_s:.0f}s spent after {i} questions; stopping")
                 break
-            for ee in (False, True):
+            for ee in (False, True) if i % 2 == 0 else (True, False):
+                await flush_worker_caches(client, cluster)  # cold caches for every measurement
                 t0 = time.perf_counter()
                 out = await client.run_graph(
-                    build_question_prompt(q), q.id, config, "pipelined", ee
+                    build_question_prompt(q), q.id, config, "pipelined", ee, q.dataset
                 )
                 e2e = time.perf_counter() - t0
-                rows.append(
-                    {
-                        "id": q.id,
-                        "ee": ee,
-                        "e2e_s": e2e,
-                        "trace": out["trace"],
-                        "early_exit": out["early_exit"],
-                    }
-                )
+                graded = score(q, out["answer"])
+                rows.append({"id": q.id, "ee": ee, "first": ee == (i % 2 == 1), "e2e_s": e2e,
+                             "correct": graded.correct, "answer": graded.extracted,
+                             "trace": out["trace"], "early_exit": out["early_exit"]})
                 n_exit = sum(d["exited"] for d in out["early_exit"])
-                log(f"{q.id} ee={'on ' if ee else 'off'} {e2e:6.1f}s exits={n_exit}")
+                log(f"{q.id} ee={'on ' if ee else 'off'} {e2e:6.1f}s exits={n_exit} "
+                    f"correct={graded.correct}")
     return rows
 
 
-def report(rows: list[dict], cfg, args, device: str) -> str:
-    on = [r for r in rows if r["ee"]]
-    off = [r for r in rows if not r["ee"]]
-    ids_done = sorted({r["id"] for r in on} & {r["id"] for r in off})
-    decisions = [d for r in on for d in r["early_exit"]]
-    computed = [d for d in decisions if d["q"] is not None]
-    share = [100.0 * sum(d["seconds"] for d in r["early_exit"]) / r["e2e_s"] for r in on]
+def _ci(ci) -> str:
+    return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "-"
+
+
+def report(rows: list[dict], cfg, device: str, load: str) -> str:
+    on = {r["id"]: r for r in rows if r["ee"]}
+    off = {r["id"]: r for r in rows if not r["ee"]}
+    ids = [i for i in on if i in off]
+    ratios = [on[i]["e2e_s"] / off[i]["e2e_s"] for i in ids]
+    decisions = [d for i in ids for d in on[i]["early_exit"]]
+    drawn = [d for d in decisions if d["q"] is not None and not d.get("moot")]
+    exits = [d for d in decisions if d["exited"]]
+    moot = sum(bool(d.get("moot")) for d in decisions)
+    compute = [100 * sum(d["seconds"] for d in on[i]["early_exit"]) / on[i]["e2e_s"] for i in ids]
+    critical = [100 * sum(d["wall_s"] for d in on[i]["early_exit"] if d["exited"])
+                / on[i]["e2e_s"] for i in ids]
+    total_on = sum(on[i]["e2e_s"] for i in ids)
+    pooled_compute = 100 * sum(d["seconds"] for d in decisions) / total_on if ids else float("nan")
+    pooled_critical = 100 * sum(d["wall_s"] for d in exits) / total_on if ids else float("nan")
+    acc_on = [bool(on[i]["correct"]) for i in ids]
+    acc_off = [bool(off[i]["correct"]) for i in ids]
+    test = mcnemar(acc_on, acc_off)
     models = {a.id: a.model for a in cfg.agents}
-    act = activation_percentage([r["trace"] for r in on], models)
-    layers = layer_activation([r["trace"] for r in on])
-    exits = sum(d["exited"] for d in decisions)
-    killed = sum(len(d["killed"]) for d in decisions)
-    lat_off, lat_on = median([r["e2e_s"] for r in off]), median([r["e2e_s"] for r in on])
+    act = activation_percentage([on[i]["trace"] for i in ids], models)
+    layers = layer_activation([on[i]["trace"] for i in ids])
+    ee = cfg.early_exit
     lines = [
         f"### Early exit end to end: {cfg.name}, GSM8K, pipelined ({device})",
         "",
-        (
-            f"{len(ids_done)} questions ({ids_done[0] if ids_done else '-'} .. "
-            f"{ids_done[-1] if ids_done else '-'}), EE off/on interleaved per question; "
-            f"max_new_tokens {cfg.sampling.max_new_tokens}, method {cfg.early_exit.method}, "
-            f"tau {cfg.early_exit.tau}, exponent {cfg.early_exit.exponent}, "
-            f"min_completed {cfg.early_exit.min_completed}, embedder "
-            f"{cfg.early_exit.embedding_model}."
-        ),
+        (f"{len(ids)} questions ({ids[0] if ids else '-'} .. {ids[-1] if ids else '-'}); every "
+        "measurement on cold caches (all workers flushed first), EE off/on order alternating "
+        f"per question; max_new_tokens {cfg.sampling.max_new_tokens} (leaves 48/96/160), method "
+        f"{ee.method}, tau {ee.tau}, exponent {ee.exponent}, min_completed {ee.min_completed}, "
+        f"embedder {ee.embedding_model}. Load average {load}."),
         "",
         "| metric | value |",
         "|---|---|",
-        f"| EE decisions (all / with Q computed) | {len(decisions)} / {len(computed)} |",
-        (
-            "| time per EE decision, median (ms), all / with Q | "
-            f"{1e3 * median([d['seconds'] for d in decisions]):.2f} / "
-            f"{1e3 * median([d['seconds'] for d in computed]):.2f} |"
-        ),
-        (
-            "| time per EE decision, max (ms) | "
-            f"{1e3 * max((d['seconds'] for d in decisions), default=float('nan')):.2f} |"
-        ),
-        f"| EE time / e2e latency, median per question (%) | {median(share):.2f} |",
-        f"| EE time / e2e latency, max per question (%) | {max(share, default=float('nan')):.2f} |",
-        f"| exits / agents killed (over all questions) | {exits} / {killed} |",
+        (f"| **latency EE on ÷ off**, median of paired per-question ratios [95% bootstrap CI] | "
+        f"**{median(ratios):.3f}** {_ci(bootstrap_ci(ratios))} |"),
+        (f"| e2e latency median, EE off / on (s) | "
+        f"{median([off[i]['e2e_s'] for i in ids]):.2f} / "
+        f"{median([on[i]['e2e_s'] for i in ids]):.2f} |"),
+        (f"| ratio when off ran first / when on ran first (medians) | "
+        f"{median([r for r, i in zip(ratios, ids) if not on[i]['first']]):.3f} / "
+        f"{median([r for r, i in zip(ratios, ids) if on[i]['first']]):.3f} |"),
+        (f"| EE decisions: all / drew a Q / exits / moot | {len(decisions)} / "
+        f"{len(drawn) + moot} / {len(exits)} / {moot} |"),
+        (f"| **exit rate** (exits ÷ decisions that drew, moot left out) | "
+        f"**{100 * len(exits) / len(drawn) if drawn else float('nan'):.1f}%** |"),
+        f"| agents killed | {sum(len(d['killed']) for d in exits)} |",
+        (f"| accuracy EE off / on | {100 * sum(acc_off) / len(ids):.0f}% / "
+        f"{100 * sum(acc_on) / len(ids):.0f}% (only on correct {test.only_a}, only off "
+        f"{test.only_b}, McNemar exact p = {test.p_value:.2f}) |"),
+        (f"| EE decision compute ÷ e2e: pooled / median per question / max | "
+        f"{pooled_compute:.2f}% / {median(compute):.2f}% / {max(compute, default=float('nan')):.2f}% |"),
+        (f"| **EE on the critical path** (exiting decisions' wall time ÷ e2e): pooled / median / max"
+        f" | **{pooled_critical:.2f}%** / {median(critical):.2f}% / "
+        f"{max(critical, default=float('nan')):.2f}% |"),
+        (f"| time per decision that drew, median / max (ms) | "
+        f"{1e3 * median([d['seconds'] for d in drawn]):.1f} / "
+        f"{1e3 * max((d['seconds'] for d in drawn), default=float('nan')):.1f} |"),
         *[f"| activation %, model {m} | {v:.1f} |" for m, v in act.items()],
         *[f"| activation %, layer {k} | {v:.1f} |" for k, v in layers.items()],
-        f"| e2e latency median, EE off (s) | {lat_off:.2f} |",
-        f"| e2e latency median, EE on (s) | {lat_on:.2f} |",
-        f"| latency ratio on/off (ratio of medians) | {lat_on / lat_off:.3f} |",
     ]
     return "\n".join(lines) + "\n"
 
@@ -129,7 +150,7 @@ def main() -> None:
     ap.add_argument("--out", default="runs/bench_early_exit_e2e")
     ap.add_argument("--run-dir", default=None, help="deployment logs (default OUT/deploy)")
     ap.add_argument(
-        "--budget-s", type=float, default=900.0, help="stop starting questions after this"
+        "--budget-s", type=float, default=1800.0, help="stop starting questions after this"
     )
     args = ap.parse_args()
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -142,18 +163,20 @@ def main() -> None:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
+    load_before = os.getloadavg()
     stack = make_stack([args.config], "torch", Path(args.run_dir or out / "deploy"), "127.0.0.1")
     try:
         cluster = bring_up(stack)
-        rows = asyncio.run(
-            run_all(cluster["shell_router_url"], cfg.name, questions, args.budget_s, log)
-        )
+        rows = asyncio.run(run_all(cluster, cfg.name, questions, args.budget_s, log))
     finally:
         stack.down()
+    load_after = os.getloadavg()
     with open(out / "bench_early_exit_e2e.jsonl", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    device = f"CPU, torch backend, {os.cpu_count()} cores shared"
-    text = report(rows, cfg, args, device)
+    device = f"CPU, torch backend, {os.cpu_count()} cores"
+    load = (f"{load_before[0]:.2f}/{load_before[1]:.2f} (1/5 min) before, "
+            f"{load_after[0]:.2f}/{load_after[1]:.2f} after")
+    text = report(rows, cfg, device, load)
     print(text)
     (out / "bench_early_exit_e2e.md").write_text(text)
 

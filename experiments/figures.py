@@ -22,6 +22,25 @@ from experiments.timeline import plot_timeline
 log = logging.getLogger(__name__)
 
 SETTING_COLORS = {1: "#9e9e9e", 2: "#4c72b0", 3: "#55a868", 4: "#c44e52"}
+# Setting #5 (single model): one shade per model, in the run's model order.
+SINGLE_COLORS = ("#8172b2", "#937860", "#da8bc3", "#ccb974", "#64b5cd")
+
+Series = tuple[int, str | None]  # (setting, single model): one bar or curve
+
+
+def _series(rows: Sequence[ResultRow]) -> list[Series]:
+    return sorted({(r.setting, r.single_model) for r in rows}, key=lambda k: (k[0], k[1] or ""))
+
+
+def _color(key: Series, keys: Sequence[Series]) -> str | None:
+    if key[1] is None:
+        return SETTING_COLORS.get(key[0])
+    singles = [k for k in keys if k[1] is not None]
+    return SINGLE_COLORS[singles.index(key) % len(SINGLE_COLORS)]
+
+
+def _of(rows: Sequence[ResultRow], d: str, key: Series) -> list[ResultRow]:
+    return [r for r in rows if r.dataset == d and (r.setting, r.single_model) == key and r.ok]
 
 
 def _grouped_x(n_groups: int, n_bars: int, width: float = 0.8) -> tuple[np.ndarray, float]:
@@ -65,9 +84,9 @@ def plot_latency_accuracy(rows: Sequence[ResultRow], path: str | Path, dpi: int 
 
 def latency_accuracy_figure(rows: Sequence[ResultRow]) -> Figure:
     datasets = sorted({r.dataset for r in rows})
-    settings = sorted({r.setting for r in rows})
+    settings = _series(rows)
     ref = _reference(rows, datasets)
-    acc = {(s.dataset, s.setting): s for s in summarize(rows)}
+    acc = {(s.dataset, (s.setting, s.single_model)): s for s in summarize(rows)}
     fig = Figure(figsize=(max(6.0, 1.6 * len(datasets) * len(settings) / 2 + 3), 6.5))
     top, bottom = fig.subplots(2, 1, sharex=True)
     x = np.arange(len(datasets))
@@ -77,21 +96,22 @@ def latency_accuracy_figure(rows: Sequence[ResultRow]) -> Figure:
         heights, lo, hi = [], [], []
         for d in datasets:
             if ref is None:
-                vals = np.array([r.e2e_s for r in rows if r.dataset == d and r.setting == s and r.ok])
+                vals = np.array([r.e2e_s for r in _of(rows, d, s)])
             else:
-                vals = np.array([a / b for a, b in per_sample_ratios(rows, d, s, ref) if b > 0])
+                vals = np.array([a / b for a, b in per_sample_ratios(rows, d, s[0], ref, s[1])
+                                 if b > 0])
             med = float(np.median(vals)) if vals.size else np.nan
             heights.append(med)
             lo.append(med - np.percentile(vals, 25) if vals.size else 0.0)
             hi.append(np.percentile(vals, 75) - med if vals.size else 0.0)
-        top.bar(x + off, heights, w, yerr=[lo, hi], capsize=3, label=setting_label(s),
-                color=SETTING_COLORS.get(s), error_kw={"elinewidth": 0.8})
+        top.bar(x + off, heights, w, yerr=[lo, hi], capsize=3, label=setting_label(*s),
+                color=_color(s, settings), error_kw={"elinewidth": 0.8})
         labels.append((top, x + off, heights, hi, "{:.2f}"))
         a = [acc[(d, s)].accuracy if (d, s) in acc else None for d in datasets]
         se = [100 * acc[(d, s)].accuracy_se if (d, s) in acc and a[i] is not None else 0.0
               for i, d in enumerate(datasets)]
         a = [100 * v if v is not None else np.nan for v in a]
-        bottom.bar(x + off, a, w, yerr=se, capsize=3, color=SETTING_COLORS.get(s),
+        bottom.bar(x + off, a, w, yerr=se, capsize=3, color=_color(s, settings),
                    error_kw={"elinewidth": 0.8})
         labels.append((bottom, x + off, a, se, "{:.0f}"))
     if ref is None:
@@ -162,15 +182,16 @@ def plot_latency_cdf(rows: Sequence[ResultRow], path: str | Path, dpi: int = 150
     n_rows = -(-len(datasets) // cols)
     fig = Figure(figsize=(4.6 * cols + 2.4, 3.4 * n_rows))
     axes = np.atleast_1d(fig.subplots(n_rows, cols, squeeze=False)).ravel()
-    handles: dict[int, object] = {}
+    handles: dict[Series, object] = {}
+    keys = _series(rows)
     for ax, d in zip(axes, datasets):
         counts = []
-        for s in sorted({r.setting for r in rows if r.dataset == d}):
-            lat = np.sort([r.e2e_s for r in rows if r.dataset == d and r.setting == s and r.ok])
+        for s in keys:
+            lat = np.sort([r.e2e_s for r in _of(rows, d, s)])
             if lat.size:
                 # Start each curve at (first latency, 0) so it rises from the axis.
                 (handles[s],) = ax.step(np.r_[lat[0], lat], np.arange(lat.size + 1) / lat.size,
-                                        where="post", color=SETTING_COLORS.get(s))
+                                        where="post", color=_color(s, keys))
                 counts.append(lat.size)
         n = f"{min(counts)}" if min(counts, default=0) == max(counts, default=0) else \
             f"{min(counts)}-{max(counts)}"
@@ -182,7 +203,7 @@ def plot_latency_cdf(rows: Sequence[ResultRow], path: str | Path, dpi: int = 150
         ax.grid(alpha=0.3)
     # One legend for all panels, outside the plots so it never hides a curve.
     axes[min(cols, len(datasets)) - 1].legend(
-        [handles[s] for s in sorted(handles)], [setting_label(s) for s in sorted(handles)],
+        [handles[s] for s in keys if s in handles], [setting_label(*s) for s in keys if s in handles],
         fontsize=8, title="setting", loc="upper left", bbox_to_anchor=(1.02, 1.0))
     for ax in axes[len(datasets):]:
         ax.set_visible(False)

@@ -57,9 +57,11 @@ class EarlyExitRecord(BaseModel):
     b: float | None = None
     q: float | None = None
     u: float | None = None
-    exited: bool = False
+    exited: bool = False  # the exit cut at least one agent
+    moot: bool = False  # the draw said exit but nothing was left to cut: not an exit
     killed: list[str] = []
-    seconds: float = 0.0
+    seconds: float = 0.0  # compute, each output's embedding charged once
+    wall_s: float | None = None  # from the triggering completion to the decision applied
 
 
 class ResultRow(BaseModel):
@@ -69,11 +71,17 @@ class ResultRow(BaseModel):
 
     sample_id: str
     dataset: str
-    setting: int = Field(ge=1, le=4)
+    setting: int = Field(ge=1, le=5)
+    # Setting #5 (single-model baseline): the model that answered alone; None for MoA settings.
+    single_model: str | None = None
     answer: str | None = None
     gold: str | None = None
     correct: bool | None = None  # None: not gradable (or the run failed)
     e2e_s: float = Field(ge=0.0)
+    # Wall times (epoch s): the runner sent the question; the router's session clock started
+    # (the agents' times count from it).
+    started_at: float | None = None
+    session_started_at: float | None = None
     agents: dict[str, AgentTrace] = {}
     early_exit: list[EarlyExitRecord] = []
     error: str | None = None
@@ -88,9 +96,12 @@ class ResultRow(BaseModel):
         return str(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else v
 
     @property
-    def key(self) -> tuple[str, int]:
-        """The --resume key, as experiments.run uses it: (sample_id, setting)."""
-        return (self.sample_id, self.setting)
+    def key(self) -> tuple:
+        """The --resume key, as experiments.run uses it: (sample_id, setting), and the model
+        for a single-model row (#5 has one row per model)."""
+        if self.single_model is None:
+            return (self.sample_id, self.setting)
+        return (self.sample_id, self.setting, self.single_model)
 
     @property
     def ok(self) -> bool:

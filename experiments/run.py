@@ -14,11 +14,12 @@ from pathlib import Path
 import aiohttp
 from tqdm import tqdm
 
-from experiments.datasets import Question, load_questions
+from experiments.datasets import Question, load_questions, resolve
 from experiments.prompts import build_question_prompt
 from experiments.router_client import GraphRunError, RouterClient
 from experiments.scoring import score
 from experiments.settings import Setting
+from experiments.single_model import single_model_configs
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,7 @@ class FailFast(RuntimeError):
 
 
 def config_for(spec: RunSpec, setting: Setting) -> str:
+    """The config file `setting` runs (#5 builds its single-model configs from the tree's)."""
     if setting.topology == "dense":
         if not spec.dense_config:
             raise ValueError("setting 1 (dense all-to-all) needs --dense-config; add it or "
@@ -70,26 +72,74 @@ def config_request(path: str, cluster: dict) -> tuple[str, str | dict]:
     return cfg.name, cfg.name
 
 
+def check_votes(spec: RunSpec) -> None:
+    """Refuse, before anything starts, a setting whose config votes on extracted answers (DMV
+    early exit, answer-based bypass) on a dataset with no single answer (IFBench)."""
+    from router.answers import has_answer
+    from router.config_loader import load_config
+
+    dataset = resolve(spec.dataset)[0]
+    if has_answer(dataset):
+        return
+    for s in spec.settings:
+        cfg = load_config(config_for(spec, s))
+        dmv = s.early_exit and cfg.early_exit.method == "dmv"
+        bypass = cfg.aggregator_bypass.enabled and cfg.aggregator_bypass.criterion == "answer"
+        if dmv or bypass:
+            what = "early_exit.method 'dmv'" if dmv else "aggregator_bypass.criterion 'answer'"
+            raise ValueError(
+                f"setting {s.number} on config '{cfg.name}' votes on extracted answers ({what}) "
+                f"but dataset '{dataset}' has no single answer to extract; use a config with "
+                "early_exit.method 'q' (and bypass criterion 'q'), or leave that setting out")
+
+
 def result_row(q: Question, setting: Setting, config: str, graph: dict | None,
-               error: str | None, e2e_s: float) -> dict:
-    """One results row. e2e_s is the runner's own clock around the whole-graph call."""
+               error: str | None, e2e_s: float, started_at: float | None = None,
+               single_model: str | None = None) -> dict:
+    """One results row. e2e_s is the runner's own clock around the whole-graph call, which it
+    sent at wall time `started_at`; the agents' times count from the router's session start,
+    at wall time `session_started_at`."""
     answer_text = (graph or {}).get("answer")
     graded = score(q, answer_text) if answer_text is not None else None
     return {
         "sample_id": q.id,
         "dataset": q.dataset,
         "setting": setting.number,
+        "single_model": single_model,
         "config": config,
         "mode": setting.mode,
         "answer": graded.extracted if graded else None,
         "gold": q.answer,
         "correct": graded.correct if graded else None,
         "e2e_s": e2e_s,
+        "started_at": started_at,
+        "session_started_at": (graph or {}).get("started_at"),
         "agents": (graph or {}).get("trace", {}),
         "early_exit": (graph or {}).get("early_exit", []),
         "final_text": answer_text,
         "error": error,
     }
+
+
+def variants(spec: RunSpec, setting: Setting, cluster: dict | None = None
+             ) -> list[tuple[str | dict, str, str | None]]:
+    """What one question of `setting` runs: (config sent to the router, its name for the row,
+    single model); one entry per model for #5, else one."""
+    path = config_for(spec, setting)
+    if setting.topology != "single":
+        name, ref = config_request(path, cluster or {})
+        return [(ref, name, None)]
+    from router.config_loader import load_config
+
+    return [(c.model_dump(mode="json"), c.name, m)
+            for m, c in single_model_configs(load_config(path)).items()]
+
+
+def row_keys(spec: RunSpec, setting: Setting, q: Question) -> list[tuple]:
+    """The --resume keys of the rows `setting` writes for `q` (ResultRow.key)."""
+    if setting.topology != "single":
+        return [(q.id, setting.number)]
+    return [(q.id, setting.number, m) for _, _, m in variants(spec, setting)]
 
 
 class FlushFailed(RuntimeError):
@@ -116,24 +166,34 @@ async def flush_worker_caches(client: RouterClient, cluster: dict) -> None:
 
 
 async def _run_setting(client: RouterClient, spec: RunSpec, cluster: dict, setting: Setting,
-                       questions: list[Question], writer, bar: tqdm, stats: dict) -> None:
-    config, ref = config_request(config_for(spec, setting), cluster)
+                       questions: list[Question], writer, bar: tqdm, stats: dict,
+                       done: set | frozenset = frozenset()) -> None:
     semaphore = asyncio.Semaphore(spec.concurrency)
+    runs = variants(spec, setting, cluster)
 
     async def one(q: Question) -> None:
-        async with semaphore:
-            t0 = time.perf_counter()
-            graph, error = None, None
-            try:
-                graph = await client.run_graph(build_question_prompt(q), q.id, ref,
-                                               setting.mode, setting.early_exit)
-            except GraphRunError as e:
-                error = str(e)
-            row = result_row(q, setting, config, graph, error, time.perf_counter() - t0)
-            writer.append(row)
-            _update_bar(bar, stats, setting, row)
-            if error and spec.fail_fast:
-                raise FailFast(f"{q.id} setting {setting.number}: {error}")
+        for config, name, model in runs:
+            if (key := (q.id, setting.number, model) if model else (q.id, setting.number)) \
+                    in done:
+                continue
+            async with semaphore:
+                await run_one(q, config, name, model, key)
+
+    async def run_one(q: Question, config, name: str, model: str | None, key: tuple) -> None:
+        started_at, t0 = time.time(), time.perf_counter()
+        graph, error = None, None
+        try:
+            graph = await client.run_graph(build_question_prompt(q), q.id, config,
+                                           setting.mode, setting.early_exit, q.dataset,
+                                           q.extra.get("task"))
+        except GraphRunError as e:
+            error = str(e)
+        row = result_row(q, setting, name, graph, error, time.perf_counter() - t0, started_at,
+                         model)
+        writer.append(row)
+        _update_bar(bar, stats, setting, row)
+        if error and spec.fail_fast:
+            raise FailFast(f"{q.id} setting {setting.number}: {error}")
 
     # Like a TaskGroup (3.11+; we support 3.10): the first failure cancels the questions still
     # running, so nothing is left talking to a deployment that is being torn down.
@@ -149,11 +209,11 @@ async def _run_setting(client: RouterClient, spec: RunSpec, cluster: dict, setti
 def _record_failed(spec: RunSpec, setting: Setting, questions: list[Question], error: str,
                    writer, bar: tqdm, stats: dict) -> None:
     """Rows for questions that could not be measured (their error says why)."""
-    config = config_request(config_for(spec, setting), {})[0]
     for q in questions:
-        row = result_row(q, setting, config, None, error, 0.0)
-        writer.append(row)
-        _update_bar(bar, stats, setting, row)
+        for _, name, model in variants(spec, setting):
+            row = result_row(q, setting, name, None, error, 0.0, single_model=model)
+            writer.append(row)
+            _update_bar(bar, stats, setting, row)
     if spec.fail_fast:
         raise FailFast(f"setting {setting.number}: {error}")
 
@@ -179,9 +239,10 @@ async def run_async(spec: RunSpec, cluster: dict) -> None:
     questions = load_questions(spec.dataset, spec.num_samples)
     results = spec.out_dir / "results.jsonl"
     done = completed_keys(results) if spec.resume else set()
-    todo = {s.number: [q for q in questions if (q.id, s.number) not in done]
+    keys = {(s.number, q.id): row_keys(spec, s, q) for s in spec.settings for q in questions}
+    todo = {s.number: [q for q in questions if set(keys[(s.number, q.id)]) - done]
             for s in spec.settings}
-    total = sum(len(v) for v in todo.values())
+    total = sum(len(set(keys[(n, q.id)]) - done) for n, qs in todo.items() for q in qs)
     writer = ResultsWriter(results)
     stats: dict = {}
     async with RouterClient(cluster["shell_router_url"]) as client:
@@ -192,7 +253,8 @@ async def run_async(spec: RunSpec, cluster: dict) -> None:
                 except FlushFailed as e:
                     _record_failed(spec, setting, batch, str(e), writer, bar, stats)
                     continue
-                await _run_setting(client, spec, cluster, setting, batch, writer, bar, stats)
+                await _run_setting(client, spec, cluster, setting, batch, writer, bar, stats,
+                                   done)
 
 
 def _schedule(spec: RunSpec, questions: list[Question],
@@ -218,6 +280,7 @@ def run_experiment(spec: RunSpec) -> list[Path]:
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     for s in spec.settings:
         config_for(spec, s)  # fail on a missing --dense-config before anything starts
+    check_votes(spec)
     if spec.cluster_path:
         cluster = json.loads(Path(spec.cluster_path).read_text())
         asyncio.run(run_async(spec, cluster))

@@ -1,4 +1,6 @@
-"""The paper's four settings (§5.3): which topology, which router mode, early exit or not."""
+"""The paper's four settings (§5.3): which topology, which router mode, early exit or not; and
+#5, the single-model baseline (each model of the tree config alone, experiments/single_model.py).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from dataclasses import dataclass
 class Setting:
     number: int
     label: str
-    topology: str  # "dense" or "tree": which config of the run it uses
+    topology: str  # "dense", "tree" or "single" (each model of the tree config alone)
     mode: str  # "blocking" or "pipelined" (the shell router's mode)
     early_exit: bool
 
@@ -19,7 +21,9 @@ SETTINGS = {
     2: Setting(2, "#2 tree, blocking", "tree", "blocking", False),
     3: Setting(3, "#3 tree, pipelined", "tree", "pipelined", False),
     4: Setting(4, "#4 tree, pipelined + EE", "tree", "pipelined", True),
+    5: Setting(5, "#5 single model", "single", "blocking", False),
 }
+SINGLE = 5
 
 
 def parse_settings(text: str) -> list[Setting]:
@@ -27,8 +31,8 @@ def parse_settings(text: str) -> list[Setting]:
     try:
         numbers = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--settings takes numbers 1-4 separated by commas, got '{text}'") from None
+        raise ValueError(f"--settings takes numbers 1-5 separated by commas, got '{text}'") from None
     bad = [n for n in numbers if n not in SETTINGS]
     if bad or not numbers:
-        raise ValueError(f"--settings takes numbers 1-4 separated by commas, got '{text}'")
+        raise ValueError(f"--settings takes numbers 1-5 separated by commas, got '{text}'")
     return [SETTINGS[n] for n in dict.fromkeys(numbers)]

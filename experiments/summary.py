@@ -16,13 +16,17 @@ from pathlib import Path
 import numpy as np
 
 from experiments.critical_path import median_breakdown, overlap_gain
+from experiments.paired_stats import bootstrap_ci, mcnemar
 from experiments.results import ResultRow, read_results
 from router.early_exit import activation_percentage
 
 log = logging.getLogger(__name__)
 
 REFERENCE_SETTINGS = (1, 2)
-BLOCKING_REFERENCE = 2  # the tree in blocking mode: what pipelined settings are measured against
+BLOCKING_REFERENCE = 2
+# Settings every other setting is compared with, paired per question (3: what early exit and
+# the single-model baseline are measured against, besides #1 and #2).
+PAIRED_REFERENCES = (1, 2, 3)  # the tree in blocking mode: what pipelined settings are measured against
 
 
 @dataclass(slots=True)
@@ -47,8 +51,24 @@ class SettingSummary:
     latency_vs_2_median: float | None
     latency_vs_2_mean: float | None
     activation_pct: dict[str, float] = field(default_factory=dict)
+    # Setting #5: the model that answered alone (one summary per model).
+    single_model: str | None = None
+    # 95% bootstrap CIs of latency_vs_R_median over the paired per-sample ratios.
+    latency_vs_1_ci: list[float] | None = None
+    latency_vs_2_ci: list[float] | None = None
+    # Per reference setting R ("vs_1", "vs_2", "vs_3"; R != this setting) over the samples both
+    # ran: latency ratio median and CI, accuracy difference (this - R) with its CI, McNemar's
+    # exact test on the paired correct/incorrect outcomes.
+    paired: dict[str, dict] = field(default_factory=dict)
     ee_overhead_share: float | None = None  # Σ decision seconds / Σ e2e_s
     ee_seconds_mean: float | None = None
+    # Exits ÷ decisions that computed an exit probability (moot ones, whose draw said exit with
+    # nothing left to cut, are counted apart and are in neither).
+    ee_exit_rate: float | None = None
+    ee_moot: int | None = None
+    # Σ wall time of exiting decisions ÷ Σ e2e_s: the delay early exit put on the critical path
+    # (a decision that does not exit delays nothing; its compute overlaps decoding).
+    ee_critical_share: float | None = None
     warmups_per_sample: float | None = None
     cached_token_ratio: float | None = None  # Σ cached / Σ prompt over agents with a precursor
     config: str | None = None
@@ -63,11 +83,14 @@ class SettingSummary:
 
 
 def per_sample_ratios(rows: Sequence[ResultRow], dataset: str, setting: int,
-                      ref: int) -> list[tuple[float, float]]:
-    """(e2e of `setting`, e2e of `ref`) for every sample of `dataset` both ran without error."""
-    by_key = {(r.sample_id, r.setting): r.e2e_s for r in rows if r.dataset == dataset and r.ok}
-    return [(by_key[(sid, setting)], by_key[(sid, ref)])
-            for (sid, s) in by_key if s == setting and (sid, ref) in by_key]
+                      ref: int, model: str | None = None) -> list[tuple[float, float]]:
+    """(e2e of `setting`, e2e of `ref`) for every sample of `dataset` both ran without error;
+    `model` picks setting #5's rows of that model (the reference is a MoA setting)."""
+    mine = {r.sample_id: r.e2e_s for r in rows if r.dataset == dataset and r.ok
+            and r.setting == setting and r.single_model == model}
+    theirs = {r.sample_id: r.e2e_s for r in rows if r.dataset == dataset and r.ok
+              and r.setting == ref and r.single_model is None}
+    return [(e2e, theirs[sid]) for sid, e2e in mine.items() if sid in theirs]
 
 
 def activation(rows: Sequence[ResultRow]) -> dict[str, float]:
@@ -79,13 +102,55 @@ def activation(rows: Sequence[ResultRow]) -> dict[str, float]:
     return activation_percentage(traces) if traces else {}
 
 
-def _latency_vs(rows: Sequence[ResultRow], dataset: str, setting: int,
-                ref: int) -> tuple[float | None, float | None]:
-    pairs = [(a, b) for a, b in per_sample_ratios(rows, dataset, setting, ref) if b > 0]
+def _latency_vs(rows: Sequence[ResultRow], dataset: str, setting: int, ref: int,
+                model: str | None = None) -> tuple[float | None, float | None]:
+    pairs = [(a, b) for a, b in per_sample_ratios(rows, dataset, setting, ref, model) if b > 0]
     if not pairs:
         return None, None
     own, base = np.array(pairs).T
     return float(np.median(own / base)), float(own.mean() / base.mean())
+
+
+def _ratios(rows: Sequence[ResultRow], dataset: str, setting: int, ref: int,
+            model: str | None = None) -> list[float]:
+    return [a / b for a, b in per_sample_ratios(rows, dataset, setting, ref, model) if b > 0]
+
+
+def _ci(values: Sequence[float]) -> list[float] | None:
+    ci = bootstrap_ci(values)
+    return list(ci) if ci else None
+
+
+def paired_comparison(rows: Sequence[ResultRow], dataset: str, setting: int,
+                      ref: int, model: str | None = None) -> dict | None:
+    """`setting` against `ref` on the samples both ran: latency ratio (median of per-sample
+    ratios, 95% bootstrap CI), accuracy difference with its CI and McNemar's exact p."""
+    ratios = _ratios(rows, dataset, setting, ref, model)
+    graded = {(r.sample_id, r.setting): bool(r.correct) for r in rows
+              if r.dataset == dataset and r.ok and r.correct is not None
+              and r.single_model == (model if r.setting == setting else None)}
+    both = [sid for (sid, s) in graded if s == setting and (sid, ref) in graded]
+    if not ratios and not both:
+        return None
+    mine, theirs = [graded[(sid, setting)] for sid in both], [graded[(sid, ref)] for sid in both]
+    test = mcnemar(mine, theirs)
+    diffs = [float(a) - float(b) for a, b in zip(mine, theirs)]
+    return {
+        "questions": len(ratios),
+        "latency_ratio_median": float(np.median(ratios)) if ratios else None,
+        "latency_ratio_ci": _ci(ratios),
+        "graded": test.n,
+        "accuracy_diff": float(np.mean(diffs)) if diffs else None,
+        "accuracy_diff_ci": _ci_mean(diffs),
+        "only_this_correct": test.only_a,
+        "only_ref_correct": test.only_b,
+        "mcnemar_p": test.p_value if diffs else None,
+    }
+
+
+def _ci_mean(values: Sequence[float]) -> list[float] | None:
+    ci = bootstrap_ci(values, stat=lambda a: np.mean(a, axis=-1))
+    return list(ci) if ci else None
 
 
 def _single(values: set[str | None], what: str, dataset: str, setting: int) -> str | None:
@@ -95,14 +160,16 @@ def _single(values: set[str | None], what: str, dataset: str, setting: int) -> s
     return next(iter(values)) if len(values) == 1 else None
 
 
-def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int) -> SettingSummary:
+def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int,
+                      model: str | None = None) -> SettingSummary:
     """`rows` are every row of the run: the normalizations need the reference settings' rows."""
-    mine = [r for r in rows if r.dataset == dataset and r.setting == setting]
+    mine = [r for r in rows if r.dataset == dataset and r.setting == setting
+            and r.single_model == model]
     ok = [r for r in mine if r.ok]
     graded = [bool(r.correct) for r in mine if r.correct is not None]
     acc = sum(graded) / len(graded) if graded else None
     lat = np.array([r.e2e_s for r in ok], dtype=np.float64)
-    vs = {ref: _latency_vs(rows, dataset, setting, ref) for ref in REFERENCE_SETTINGS}
+    vs = {ref: _latency_vs(rows, dataset, setting, ref, model) for ref in REFERENCE_SETTINGS}
     ee_seconds = [sum(d.seconds for d in r.early_exit) for r in ok]
     has_ee = any(r.early_exit for r in ok)  # settings without early exit show "-", not 0%
     total_e2e = float(lat.sum()) if lat.size else 0.0
@@ -110,9 +177,13 @@ def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int) -> 
     with_precursor = [a for r in ok for a in r.agents.values()
                       if a.slot_order and a.prompt_tokens is not None]
     prompt = sum(a.prompt_tokens for a in with_precursor)
+    decisions = [d for r in ok for d in r.early_exit]
+    drawn = [d for d in decisions if d.q is not None and not d.moot]
+    exit_wall = sum(d.wall_s or d.seconds for d in decisions if d.exited)
     return SettingSummary(
         dataset=dataset,
         setting=setting,
+        single_model=model,
         n=len(mine),
         errors=len(mine) - len(ok),
         graded=len(graded),
@@ -126,8 +197,15 @@ def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int) -> 
         latency_vs_2_median=vs[2][0],
         latency_vs_2_mean=vs[2][1],
         activation_pct=activation(mine),
+        latency_vs_1_ci=_ci(_ratios(rows, dataset, setting, 1, model)),
+        latency_vs_2_ci=_ci(_ratios(rows, dataset, setting, 2, model)),
+        paired={f"vs_{ref}": c for ref in PAIRED_REFERENCES if ref != setting
+                and (c := paired_comparison(rows, dataset, setting, ref, model)) is not None},
         ee_overhead_share=sum(ee_seconds) / total_e2e if has_ee and total_e2e > 0 else None,
         ee_seconds_mean=float(np.mean(ee_seconds)) if has_ee else None,
+        ee_exit_rate=sum(d.exited for d in drawn) / len(drawn) if drawn else None,
+        ee_moot=sum(d.moot for d in decisions) if has_ee else None,
+        ee_critical_share=exit_wall / total_e2e if has_ee and total_e2e > 0 else None,
         warmups_per_sample=(float(np.mean([sum(a.warmups for a in r.agents.values())
                                            for r in ok])) if ok else None),
         cached_token_ratio=(sum(a.cached_tokens or 0 for a in with_precursor) / prompt
@@ -154,9 +232,10 @@ def _overlap_gain(rows: Sequence[ResultRow], mine: Sequence[ResultRow], dataset:
 
 
 def summarize(rows: Sequence[ResultRow]) -> list[SettingSummary]:
-    """One SettingSummary per (dataset, setting) present, sorted by dataset then setting."""
-    groups = sorted({(r.dataset, r.setting) for r in rows})
-    return [summarize_setting(rows, d, s) for d, s in groups]
+    """One SettingSummary per (dataset, setting) present, and per model for #5, sorted by
+    dataset then setting."""
+    groups = sorted({(r.dataset, r.setting, r.single_model or "") for r in rows})
+    return [summarize_setting(rows, d, s, m or None) for d, s, m in groups]
 
 
 def summary_document(summaries: Sequence[SettingSummary], source: str) -> dict:
@@ -169,6 +248,13 @@ def summary_document(summaries: Sequence[SettingSummary], source: str) -> dict:
         "activation_pct": (
             "per model: % of its planned agent runs (samples x its agents) that completed and "
             "were not killed by early exit; failed rows left out"),
+        "latency_vs_R_ci": "95% percentile bootstrap CI (10000 resamples of the samples) of "
+                           "latency_vs_R_median",
+        "paired": (
+            "per reference setting R over samples both ran without error: latency ratio median "
+            "and 95% bootstrap CI; accuracy_diff = accuracy(this) - accuracy(R) over samples "
+            "both graded, its 95% bootstrap CI, and McNemar's exact two-sided p on the "
+            "discordant pairs (only_this_correct, only_ref_correct)"),
         "critical_path_s": (
             "median seconds per part of the critical path (final agent back through the "
             "precursor that ended last): leaf_prefill (leaf request to first token), "

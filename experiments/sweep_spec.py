@@ -41,9 +41,10 @@ class SweepSpec(BaseModel):
     @field_validator("settings")
     @classmethod
     def _settings(cls, v: list[int]) -> list[int]:
-        bad = [s for s in v if s not in (1, 2, 3, 4)]
+        bad = [s for s in v if s not in (1, 2, 3, 4, 5)]
         if bad or not v:
-            raise ValueError(f"settings are numbers 1-4 (paper settings #1-#4), got {v}")
+            raise ValueError(f"settings are numbers 1-5 (paper settings #1-#4, #5 single "
+                             f"model), got {v}")
         return list(dict.fromkeys(v))
 
     @field_validator("chunk_policies")

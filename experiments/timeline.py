@@ -21,7 +21,9 @@ CRITICAL = "#c44e52"
 
 
 def pick_question(rows: Sequence[ResultRow]) -> str | None:
-    """The first question every setting of the run answered without error and with times."""
+    """The first question every MoA setting of the run answered without error and with times
+    (the single-model baseline, #5, has no graph to draw)."""
+    rows = [r for r in rows if r.single_model is None]
     settings = {r.setting for r in rows}
     ok: dict[str, set[int]] = {}
     for r in rows:
@@ -31,7 +33,8 @@ def pick_question(rows: Sequence[ResultRow]) -> str | None:
 
 
 def timeline_figure(rows: Sequence[ResultRow], sample_id: str) -> Figure:
-    mine = sorted((r for r in rows if r.sample_id == sample_id and r.ok), key=lambda r: r.setting)
+    mine = sorted((r for r in rows if r.sample_id == sample_id and r.ok
+                   and r.single_model is None), key=lambda r: r.setting)
     # Each setting may run another topology (#1 is dense), so each panel lists its own agents.
     orders = [sorted(r.agents, key=lambda a, r=r: (r.agents[a].layer or 0, a), reverse=True)
               for r in mine]

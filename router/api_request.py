@@ -67,10 +67,23 @@ def _question_id(body: dict) -> str | None:
     return None if qid is None else str(qid)
 
 
+def _dataset(body: dict) -> tuple[str | None, str | None]:
+    """(dataset, BBH task) the question comes from, when the client says so."""
+    out = []
+    for key in ("dataset", "task"):
+        v = body.get(key)
+        if v is not None and (not isinstance(v, str) or not v):
+            raise BadRequest(f"'{key}' must be a non-empty string (the question's {key}; "
+                             "majority vote reads answers with that dataset's extractor)")
+        out.append(v)
+    return out[0], out[1]
+
+
 def new_session(request: web.Request, body: dict, cfg: TopologyConfig) -> Session:
-    """A whole-graph Session for `body` (question, mode, early_exit, ...), with the early-exit
-    hook when the request or the config asks for it."""
+    """A whole-graph Session for `body` (question, mode, early_exit, dataset, ...), with the
+    early-exit hook when the request or the config asks for it."""
     hook = None
+    dataset, task = _dataset(body)
     early_exit = bool(body.get("early_exit", cfg.early_exit.enabled))
     if early_exit or cfg.aggregator_bypass.enabled:
         factory = request.app[HOOK]
@@ -78,8 +91,10 @@ def new_session(request: web.Request, body: dict, cfg: TopologyConfig) -> Sessio
             raise BadRequest("early exit was asked for but this router has no early-exit hook")
         # The request's flag wins over the config's: the hook reads early_exit.enabled.
         ee = cfg.early_exit.model_copy(update={"enabled": early_exit})
+        cfg_ee = cfg.model_copy(update={"early_exit": ee})
         try:
-            hook = factory(cfg.model_copy(update={"early_exit": ee}))
+            # A plain factory (tests) takes the config only; EarlyExitHooks also the dataset.
+            hook = factory(cfg_ee, dataset, task) if dataset is not None else factory(cfg_ee)
         except ValueError as e:
             raise BadRequest(f"early exit cannot run for config '{cfg.name}': {e}") from e
     return Session(

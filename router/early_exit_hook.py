@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from router.answers import extract_answer, has_answer
 from router.config import TopologyConfig
-from router.early_exit import AgentResult, SimilarityCache, decide
+from router.early_exit import AgentResult, Decision, SimilarityCache, decide
 from router.embedder import EmbedderError
 from router.majority_vote import bypass_choice, normalize_answer
 
@@ -33,11 +34,19 @@ NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
 def last_answer(text: str) -> str | None:
-    """The default extractor (the router may not import experiments/): the last \\boxed{...}, else
-    the last number, normalized. Inject `experiments.scoring.extract_answer` bound to the dataset
-    for anything that is not a plain numeric answer."""
+    """The extractor of a question sent without its dataset: the last \\boxed{...}, else the last
+    number, normalized. A question that names its dataset uses `dataset_extractor`."""
     found = BOXED.findall(text) or NUMBER.findall(text)
     return normalize_answer(found[-1]) if found else None
+
+
+def dataset_extractor(dataset: str, task: str | None = None) -> AnswerExtractor:
+    """`dataset`'s own extractor (router.answers, as its scoring uses), normalized for voting."""
+
+    def extract(text: str) -> str | None:
+        return normalize_answer(extract_answer(dataset, text, task))
+
+    return extract
 
 
 class EmbeddingService:
@@ -112,13 +121,33 @@ class EarlyExitHooks:
                     raise EmbedderError(f"config '{cfg.name}': {e}") from e
                 service.check()
 
-    def __call__(self, cfg: TopologyConfig) -> EarlyExitHook:
+    def __call__(
+        self, cfg: TopologyConfig, dataset: str | None = None, task: str | None = None
+    ) -> EarlyExitHook:
+        """The hook of one question. With `dataset` (the runner sends it), DMV and aggregator
+        bypass read answers with that dataset's own extractor, the one its scoring uses; a
+        dataset whose outputs have no single answer is refused (ValueError) when the config
+        votes on answers. Without it, the process-wide `answer_extractor`."""
         ee, bypass = cfg.early_exit, cfg.aggregator_bypass
+        extractor = self.answer_extractor
+        if dataset is not None:
+            votes = (ee.enabled and ee.method == "dmv") or (
+                bypass.enabled and bypass.criterion == "answer"
+            )
+            if votes and not has_answer(dataset):
+                what = "early_exit.method 'dmv'" if ee.enabled and ee.method == "dmv" else (
+                    "aggregator_bypass.criterion 'answer'")
+                raise ValueError(
+                    f"config '{cfg.name}' votes on extracted answers ({what}), but dataset "
+                    f"'{dataset}' has no single answer to extract; use early_exit.method 'q' "
+                    "(and aggregator_bypass.criterion 'q'), or run it without early exit"
+                )
+            extractor = dataset_extractor(dataset, task)
         needs = (ee.enabled and ee.method == "q") or (bypass.enabled and bypass.criterion == "q")
         service = self.embedding(ee.embedding_model) if needs else None
         if service is not None:
             service.preload()
-        return EarlyExitHook(cfg, service, self.answer_extractor)
+        return EarlyExitHook(cfg, service, extractor)
 
     def close(self) -> None:
         for s in self._services.values():
@@ -138,6 +167,12 @@ class ClusterState:
     settled: bool = False
     q: float | None = None  # Q of the latest method-q decision
     q_over: int = 0  # how many completed agents that Q covered
+
+
+def _left(state: ClusterState) -> list[str]:
+    """The cluster's agents neither completed nor cut."""
+    done = {r.agent_id for r in state.completed}
+    return [p for p in state.planned if p not in done and p not in state.killed]
 
 
 class EarlyExitHook:
@@ -175,12 +210,28 @@ class EarlyExitHook:
             fut.add_done_callback(lambda f: f.cancelled() or f.exception())
             self._embedded[agent_id] = fut
 
-    async def _resolve_embeddings(self, state: ClusterState) -> float:
-        """Fill in the completed agents' embeddings (awaiting any still running); returns the
-        compute seconds of those not charged to an earlier decision."""
+    def _may_need_embedding(self, session: Session, state: ClusterState, agent_id: str) -> bool:
+        """Whether a decision of this cluster may still read `agent_id`'s embedding: not once
+        the cluster exited or settled, and not for its last agent (no one is left to cut) unless
+        aggregator bypass reads Q. Skipping those keeps early exit's CPU off the decoders."""
+        if self._embeddings is None or state.settled or state.exited:
+            return False
+        b = self.cfg.aggregator_bypass
+        if b.enabled and b.criterion == "q":
+            return True
+        return any(
+            p != agent_id and p not in state.killed and not session.apc[p].ended
+            for p in state.planned
+        )
+
+    async def _resolve_embeddings(self, session: Session, state: ClusterState) -> float:
+        """Fill in the completed agents' embeddings (awaiting any still running, starting any
+        not started); returns the compute seconds of those not charged to an earlier
+        decision."""
         cost = 0.0
         for r in state.completed:
-            if r.embedding is None and r.agent_id in self._embedded:
+            if r.embedding is None:
+                self.start_embedding(session, r.agent_id)
                 r.embedding, emb_s = await asyncio.shield(self._embedded[r.agent_id])
                 # EE overhead is honest: an output's embedding time is charged to the first
                 # decision that uses it (once, even when several clusters read the agent).
@@ -190,11 +241,11 @@ class EarlyExitHook:
         return cost
 
     def _needs_q(self, state: ClusterState) -> bool:
-        """Whether this completion's decision computes Q (below min_completed it does not, and
-        the embeddings go on in the background)."""
+        """Whether this completion's decision computes Q: not below min_completed (the
+        embeddings go on in the background), not when nobody is left to cut."""
         ee = self.cfg.early_exit
         deciding = ee.enabled and ee.method == "q" and not state.exited
-        return deciding and len(state.completed) >= ee.min_completed
+        return deciding and len(state.completed) >= ee.min_completed and bool(_left(state))
 
     async def _on_completion(
         self, session: Session, successor: str, agent_id: str, entered: float
@@ -202,7 +253,8 @@ class EarlyExitHook:
         ee, bypass = self.cfg.early_exit, self.cfg.aggregator_bypass
         state = self._clusters.setdefault(successor, ClusterState(self.cfg.precursors(successor)))
         # Started before waiting for the cluster: the embedding runs while the others decode.
-        self.start_embedding(session, agent_id)
+        if self._may_need_embedding(session, state, agent_id):
+            self.start_embedding(session, agent_id)
         async with state.lock:  # decisions of one cluster in completion order
             # A successor that ended (killed by its own cluster's exit, or bypassed) decides no more.
             if state.settled or agent_id in state.killed or session.apc[successor].ended:
@@ -216,7 +268,7 @@ class EarlyExitHook:
             cost = time.perf_counter() - start
             state.completed.append(AgentResult(agent_id, list(answer.logprobs), None, extracted))
             if self._needs_q(state):
-                cost += await self._resolve_embeddings(state)
+                cost += await self._resolve_embeddings(session, state)
             drop: list[str] = []
             if ee.enabled and not state.exited:
                 drop = self._decide(session, successor, state, cost, entered)
@@ -224,8 +276,9 @@ class EarlyExitHook:
             state.settled = all(p in done or p in state.killed for p in state.planned)
             # Bypass before the drop: the successor's prompt is not complete yet, so its final
             # request never goes out.
+            if state.settled and bypass.enabled and bypass.criterion == "q":
+                await self._resolve_embeddings(session, state)
             if state.settled and bypass.enabled:
-                await self._resolve_embeddings(state)
                 await self._bypass(session, successor, state)
             if drop:
                 await self._drop(session, successor, drop)
@@ -237,7 +290,11 @@ class EarlyExitHook:
         ee = self.cfg.early_exit
         # Draws keyed by (seed, question id or text, cluster, ℓ): the same question replays.
         key = session.question_id or session.question
-        d = decide(successor, state.completed, state.planned, ee, key, state.cache)
+        if ee.method == "q" and not _left(state):
+            # Nobody is left to cut: nothing to decide (bypass computes its own Q if it needs).
+            d = Decision(successor, [r.agent_id for r in state.completed])
+        else:
+            d = decide(successor, state.completed, state.planned, ee, key, state.cache)
         if ee.method == "q" and d.q is not None:
             state.q, state.q_over = d.q, len(state.completed)
         # An agent that finished while this decision ran keeps its slot: its work is done.

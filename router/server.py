@@ -107,8 +107,9 @@ async def metrics(request: web.Request) -> web.Response:
 
 
 async def run_graph(request: web.Request) -> web.Response:
-    """{question, config, mode?, early_exit?, question_id?, slot_orders?} → {answer, final_agent,
-    trace, early_exit}; `question_id` keys the early-exit draws (else the question text)."""
+    """{question, config, mode?, early_exit?, question_id?, dataset?, task?, slot_orders?} →
+    {answer, final_agent, trace, early_exit, started_at}; `question_id` keys the early-exit
+    draws (else the question text); `dataset` picks the answer extractor majority vote uses."""
     body = await read_body(request)
     cfg = config_of(request, body.get("config"))
     session = new_session(request, body, cfg)
@@ -120,6 +121,7 @@ async def run_graph(request: web.Request) -> web.Response:
                 **P.error_body(str(e), 502),
                 "trace": session.trace(),
                 "early_exit": session.early_exit,
+                "started_at": session.clock.wall_t0,
             },
             status=502,
         )
@@ -134,6 +136,8 @@ async def run_graph(request: web.Request) -> web.Response:
             "config": cfg.name,
             "trace": result.trace,
             "early_exit": result.early_exit,
+            # Wall time (epoch s) of the session clock's zero: the trace's times count from it.
+            "started_at": session.clock.wall_t0,
         }
     )
 

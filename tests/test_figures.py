@@ -81,3 +81,30 @@ def test_moa_pd_plot_rebuilds_everything_from_results_jsonl(tmp_path, capsys):
         assert (tmp_path / name).stat().st_size > 0
     assert cli_main(["plot", str(tmp_path / "nowhere")]) == 2
     assert "no such results file" in capsys.readouterr().err
+
+
+def test_single_model_rows_get_their_own_bars_and_summary_lines(tmp_path):
+    from experiments.summary import summarize
+    from experiments.summary_table import build_table
+
+    rows = make_rows(datasets=("gsm8k",), settings=(2, 3), n=4)
+    for r in [r for r in rows if r["setting"] == 3]:
+        for m, scale in (("qwen-4b", 0.2), ("qwen-32b", 0.5)):
+            rows.append({**r, "setting": 5, "single_model": m, "e2e_s": r["e2e_s"] * scale,
+                         "agents": {"single": {"model": m}}, "early_exit": []})
+    rows = [validate_row(r) for r in rows]
+    summaries = summarize(rows)
+    five = {s.single_model: s for s in summaries if s.setting == 5}
+    assert set(five) == {"qwen-4b", "qwen-32b"} and all(s.n == 4 for s in five.values())
+    assert five["qwen-4b"].paired["vs_3"]["latency_ratio_median"] == pytest.approx(0.2)
+    fig = figures.latency_accuracy_figure(rows)
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels[-2:] == ["#5 single model qwen-32b", "#5 single model qwen-4b"]
+    assert len(fig.axes[0].patches) == 4  # one bar per series, one dataset
+    console = __import__("rich.console").console.Console(width=250, record=True)
+    console.print(build_table(summaries))
+    assert "#5 qwen-4b" in console.export_text()
+    paths = figures.write_figures(rows, tmp_path, dpi=40)
+    # No #4 rows: no activation figure; the timeline draws the MoA settings only.
+    assert sorted(p.name for p in paths) == ["fig_latency_accuracy.png", "fig_latency_cdf.png",
+                                             "fig_timeline.png"]

@@ -387,6 +387,43 @@ def test_a_broken_embedding_model_stops_the_router(tmp_path, smollm_tokenizer_pa
     assert f"looked for in {broken}" in proc.stderr and "cannot serve early exit" in proc.stderr
 
 
+def test_dmv_reads_answers_with_the_datasets_own_extractor():
+    """The runner names the dataset: DMV votes on what that dataset's scorer would grade (a
+    letter on MMLU-ProX-Lite, not the last number), and refuses a dataset with no answer."""
+    cfg = ee_config(method="dmv")
+    hooks = EarlyExitHooks()
+    text = "Option (C) is right: 3 of the 4 facts hold. The answer is (C)."
+    assert hooks(cfg)._extract(text) == "4"  # no dataset: the last number
+    assert hooks(cfg, "mmlu_prox_lite")._extract(text) == "c"
+    assert hooks(cfg, "gsm8k")._extract("so 3 + 4 = 7 apples. The answer is $1,234.") == "1234"
+    assert hooks(cfg, "bbh", "navigate")._extract("So the answer is No.") == "no"
+    with pytest.raises(ValueError, match="dataset 'ifbench' has no single answer"):
+        hooks(cfg, "ifbench")
+    bypass = ee_config(method="q", bypass={"enabled": True, "criterion": "answer"})
+    with pytest.raises(ValueError, match="aggregator_bypass.criterion 'answer'"):
+        hooks(bypass.model_copy(update={"early_exit": EarlyExit(enabled=False)}), "ifbench")
+    hooks.close()
+
+
+async def test_http_run_refuses_dmv_on_a_dataset_without_answers(smollm_tokenizer_path):  # noqa: F811
+    cluster = await cluster_holding(smollm_tokenizer_path)
+    cfg = ee_config(method="dmv")
+    client = TestClient(TestServer(make_app(cluster.spec, {cfg.name: cfg})))
+    await client.start_server()
+    try:
+        body = {"question": QUESTION, "config": cfg.name, "dataset": "ifbench"}
+        r = await client.post("/v1/moa/run", json=body)
+        msg = (await r.json())["message"]
+        assert r.status == 400 and "ifbench" in msg and "early_exit.method 'q'" in msg
+        r = await client.post("/v1/moa/run", json={**body, "dataset": 7})
+        assert r.status == 400 and "'dataset' must be" in (await r.json())["message"]
+        r = await client.post("/v1/moa/run", json={**body, "dataset": "gsm8k"})
+        assert r.status == 200, await r.text()
+    finally:
+        await client.close()
+        await cluster.close()
+
+
 async def test_http_run_returns_decisions(smollm_tokenizer_path):  # noqa: F811
     cluster = await cluster_holding(smollm_tokenizer_path)
     cfg = ee_config(method="dmv")

@@ -71,6 +71,8 @@ async def test_rows_per_sample_and_setting_then_resume(tmp_path):
         assert {(c["config"], c["mode"]) for c in runs} == {
             ("all_to_all_9_9_1_cpu", "blocking"), ("tree_3_1_cpu", "blocking"),
             ("tree_3_1_cpu", "pipelined")}
+        # The router is told the dataset, so DMV votes with the dataset's own extractor.
+        assert {c["dataset"] for c in runs} == {"gsm8k"} and not any("task" in c for c in runs)
         # concurrency 2: one block per setting, each on a cold cache
         assert sum("flush" in c for c in calls) == 3
 
@@ -105,8 +107,21 @@ def test_setting_1_needs_dense_config(tmp_path):
     spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 1, parse_settings("1"), 1, tmp_path)
     with pytest.raises(ValueError, match="needs --dense-config"):
         config_for(spec, spec.settings[0])
-    with pytest.raises(ValueError, match="numbers 1-4"):
-        parse_settings("1,5")
+    with pytest.raises(ValueError, match="numbers 1-5"):
+        parse_settings("1,6")
+
+
+def test_dmv_on_a_dataset_without_answers_is_refused_before_starting(tmp_path):
+    from experiments.run import check_votes, run_experiment
+
+    spec = RunSpec("tree_9_3_1_homo_dmv", None, "ifbench", 1, parse_settings("3,4"), 1, tmp_path)
+    with pytest.raises(ValueError, match="setting 4 .* dataset 'ifbench' has no single answer"):
+        run_experiment(spec)
+    assert not (tmp_path / "results.jsonl").exists()
+    check_votes(RunSpec("tree_9_3_1_homo_dmv", None, "ifbench", 1, parse_settings("3"), 1,
+                        tmp_path))  # without early exit nothing votes
+    check_votes(RunSpec("tree_9_3_1_homo_dmv", None, "gsm8k", 1, parse_settings("4"), 1,
+                        tmp_path))
 
 
 def test_cli_run_bad_settings_exit_2(tmp_path):
@@ -165,6 +180,33 @@ async def test_a_config_file_elsewhere_is_asked_for_by_its_name(tmp_path):
         await runner.cleanup()
 
 
+async def test_single_model_baseline_runs_each_model_alone(tmp_path):
+    """Setting #5 sends one inline single-agent config per model of the tree config and writes
+    one row per (question, model); --resume skips what is done."""
+    calls: list[dict] = []
+    runner, url = await start(fake_router(calls))
+    cluster = {"shell_router_url": url, "models": {}}
+    spec = RunSpec("tree_9_3_1_hetero", None, "gsm8k", 2, parse_settings("5"), 1, tmp_path)
+    try:
+        await run_async(spec, cluster)
+        runs = [c for c in calls if "mode" in c]
+        models = [c["config"]["agents"][0]["model"] for c in runs]
+        assert models == ["qwen3vl-4b", "qwen3vl-8b", "qwen3vl-32b"] * 2
+        assert all(len(c["config"]["agents"]) == 1 and not c["early_exit"] for c in runs)
+        rows = read_results(tmp_path / "results.jsonl")
+        assert sorted((r.sample_id, r.single_model) for r in rows) == sorted(
+            (q.id, m) for q in questions[:2] for m in ("qwen3vl-4b", "qwen3vl-8b", "qwen3vl-32b"))
+        assert {r.config for r in rows} == {f"tree_9_3_1_hetero-single-{m}" for m in
+                                            ("qwen3vl-4b", "qwen3vl-8b", "qwen3vl-32b")}
+        assert all(r.setting == 5 and r.correct for r in rows)
+        calls.clear()
+        await run_async(RunSpec("tree_9_3_1_hetero", None, "gsm8k", 2, parse_settings("5"), 1,
+                                tmp_path, resume=True), cluster)
+        assert not [c for c in calls if "mode" in c]
+    finally:
+        await runner.cleanup()
+
+
 def test_a_run_where_every_sample_failed_still_writes_rows_and_a_summary(tmp_path, capsys):
     """Exit code 1, the rows, a summary naming the error, no figures (and no crash), and the
     command that resumes the run."""
@@ -197,3 +239,15 @@ def test_a_run_where_every_sample_failed_still_writes_rows_and_a_summary(tmp_pat
     assert not list(out.glob("*.png"))
     err = capsys.readouterr().err
     assert "4 of 4 rows failed" in err and "--resume" in err and "moa-pd run --config" in err
+
+
+def test_single_model_config_keeps_the_prompt_and_the_answer_sampling():
+    from experiments.single_model import single_model_configs
+    from router.config_loader import load_config
+
+    cfg = load_config("tree_3_1_cpu")
+    (model, single), = single_model_configs(cfg).items()
+    assert model == "smollm2" and [a.id for a in single.agents] == ["single"]
+    assert single.template_of("single") == cfg.template_of("leaf_0_0")
+    assert single.sampling_of("single") == cfg.sampling_of(cfg.final)
+    assert not single.early_exit.enabled and single.final == "single"

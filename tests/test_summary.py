@@ -4,6 +4,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 from rich.console import Console
 from synthetic_results import make_rows
@@ -62,6 +63,28 @@ def test_activation_ee_overhead_warmups_and_cached_ratio():
     assert four.latency_vs_1_median is None  # no reference rows
 
 
+def test_exit_rate_leaves_moot_exits_out_and_critical_share_counts_exits_only():
+    def d(q, exited=False, moot=False, wall=0.1):
+        return {"cluster": "agg", "q": q, "exited": exited, "moot": moot,
+                "killed": ["p1"] if exited else [], "seconds": 0.05, "wall_s": wall}
+
+    rows = [_row("a", 4, 10.0, ee=[d(None), d(0.9, exited=True, wall=0.2)]),
+            _row("b", 4, 10.0, ee=[d(0.5), d(0.9, moot=True, wall=0.3), d(0.4)])]
+    four = _by_setting(rows)[4]
+    # Drawn, moot left out: 3 decisions, 1 exit; the moot one counted apart.
+    assert four.ee_exit_rate == pytest.approx(1 / 3) and four.ee_moot == 1
+    assert four.ee_critical_share == pytest.approx(0.2 / 20.0)
+    assert four.ee_overhead_share == pytest.approx(0.25 / 20.0)
+    text = _render(build_table(_by_setting(rows).values()))
+    assert "33%" in text and "+1 moot" in text
+
+
+def _render(table) -> str:
+    console = Console(width=250, record=True)
+    console.print(table)
+    return console.export_text()
+
+
 def test_settings_without_early_exit_have_no_ee_share():
     s = _by_setting([_row("a", 2, 1.0, agents={"p0": _agent("m")})])[2]
     assert s.ee_overhead_share is None and s.activation_pct == {"m": 100.0}
@@ -92,3 +115,51 @@ def test_table_shows_each_setting_and_the_normalization_note():
     text = console.export_text()
     assert all(f"#{n}" in text for n in (1, 2, 3, 4))
     assert "median of per-sample ratios / ratio of means" in text
+
+
+def test_mcnemar_exact_matches_the_binomial_test():
+    from experiments.paired_stats import mcnemar
+
+    stats = pytest.importorskip("scipy.stats")
+    for a, b in [(0, 5), (1, 6), (3, 3), (7, 2), (0, 0), (10, 25)]:
+        x = [True] * a + [False] * b + [True] * 4
+        y = [False] * a + [True] * b + [True] * 4
+        t = mcnemar(x, y)
+        assert (t.n, t.only_a, t.only_b) == (a + b + 4, a, b)
+        want = stats.binomtest(a, a + b, 0.5).pvalue if a + b else 1.0
+        assert t.p_value == pytest.approx(want)
+    with pytest.raises(ValueError, match="one entry per question"):
+        mcnemar([True], [])
+
+
+def test_bootstrap_ci_is_seeded_and_covers_the_statistic():
+    from experiments.paired_stats import bootstrap_ci
+
+    values = [0.8, 0.9, 1.0, 0.7, 0.85, 0.95, 0.75, 0.9]
+    lo, hi = bootstrap_ci(values)
+    assert lo <= float(np.median(values)) <= hi and lo < hi
+    assert bootstrap_ci(values) == (lo, hi)  # same rows, same interval
+    assert bootstrap_ci([2.0] * 5) == (2.0, 2.0)
+    assert bootstrap_ci([1.0]) is None
+
+
+def test_summary_gives_ratio_cis_and_paired_accuracy_tests():
+    e2e3 = [10.0, 12.0, 9.0, 11.0, 10.0, 13.0]
+    e2e4 = [8.0, 11.0, 9.5, 8.0, 7.5, 12.0]
+    ok3 = [True, True, False, True, False, True]
+    ok4 = [True, False, False, True, True, True]
+    rows = [_row(f"q{i}", 3, e2e3[i], correct=ok3[i]) for i in range(6)]
+    rows += [_row(f"q{i}", 4, e2e4[i], correct=ok4[i]) for i in range(6)]
+    four = _by_setting(rows)[4]
+    c = four.paired["vs_3"]
+    ratios = [a / b for a, b in zip(e2e4, e2e3)]
+    assert c["questions"] == 6 and c["latency_ratio_median"] == pytest.approx(np.median(ratios))
+    lo, hi = c["latency_ratio_ci"]
+    assert min(ratios) <= lo <= c["latency_ratio_median"] <= hi <= max(ratios)
+    assert c["accuracy_diff"] == pytest.approx(0.0)  # one gained, one lost
+    assert (c["only_this_correct"], c["only_ref_correct"], c["mcnemar_p"]) == (1, 1, 1.0)
+    assert "vs_4" not in four.paired and "vs_1" not in four.paired  # no #1 rows
+    assert "vs_3" not in _by_setting(rows)[3].paired  # never against itself
+    text = _render(build_table(_by_setting(rows).values()))
+    assert "+0.0pp vs #3" in text and "p=1.00" in text
+    assert four.latency_vs_2_ci is None  # no #2 rows

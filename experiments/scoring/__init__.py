@@ -1,36 +1,18 @@
 """Answer extraction and grading for every benchmark: `extract_answer` and `score`.
 
-Called by the experiment runner (accuracy) and the early-exit voter (`extract_answer` returns a
-canonical string, so equal answers compare equal). One module per dataset family.
+Called by the experiment runner (accuracy). The extractors live in `router.answers`, so the
+shell router's majority vote reads answers exactly as this scorer grades them.
 """
 
 from __future__ import annotations
 
 from experiments.datasets import Question
-from experiments.scoring import bbh, generic, gsm8k, ifbench, math, mcq
+from experiments.scoring import ifbench
 from experiments.scoring.ifbench.registry import coverage as ifbench_coverage
 from experiments.scoring.score import Score
+from router.answers import MATH_DATASETS, bbh, extract_answer, generic, gsm8k, math, mcq
 
 __all__ = ["MATH_DATASETS", "Score", "extract_answer", "ifbench_coverage", "score"]
-
-MATH_DATASETS = frozenset({"math500", "aime2025", "hmmt_feb_2025"})
-
-
-def extract_answer(dataset: str, text: str, task: str | None = None) -> str | None:
-    """The canonical final answer in `text`, or None. `task` is the BBH task (answer format);
-    without it BBH answers are read as option letters or normalized text. IFBench has no
-    answer to extract and always gives None."""
-    if dataset == "gsm8k":
-        return gsm8k.extract(text)
-    if dataset in MATH_DATASETS:
-        return math.extract(text)
-    if dataset == "mmlu_prox_lite":
-        return mcq.extract_letter(text)
-    if dataset == "bbh":
-        return bbh.extract(task or "", text)
-    if dataset == "ifbench":
-        return None
-    return generic.extract(text)
 
 
 def score(q: Question, output_text: str) -> Score:

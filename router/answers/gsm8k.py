@@ -5,7 +5,7 @@ Called by `experiments.scoring` for dataset "gsm8k".
 
 from __future__ import annotations
 
-from experiments.scoring.numbers import canonical_number, final_number
+from router.answers.numbers import canonical_number, final_number
 
 
 def extract(text: str) -> str | None:

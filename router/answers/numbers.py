@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-from experiments.scoring.latex import last_boxed
+from router.answers.latex import last_boxed
 
 # A signed number with optional thousands commas and decimals: -1,234.50, 3, .5
 NUMBER_RE = re.compile(r"(?<![\w.])[-−]?\$?\s?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?![\d])")

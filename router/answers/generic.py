@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from experiments.scoring.latex import last_boxed
-from experiments.scoring.numbers import canonical_number
+from router.answers.latex import last_boxed
+from router.answers.numbers import canonical_number
 
 _MARKER = re.compile(r"answer\s*(?:is|:)\s*:?", re.IGNORECASE)
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import re
 
-from experiments.scoring.mcq import extract_letter
-from experiments.scoring.numbers import final_number
+from router.answers.mcq import extract_letter
+from router.answers.numbers import final_number
 
 # Task -> the closed vocabulary of its answers; other tasks are options, numbers or free text.
 _BINARY = {

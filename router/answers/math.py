@@ -11,7 +11,7 @@ from typing import Any
 import sympy
 from math_verify import parse, verify
 
-from experiments.scoring.latex import last_boxed
+from router.answers.latex import last_boxed
 
 # math-verify enforces its timeout with SIGALRM, which only the main thread may install.
 _TIMEOUT_S = 5
