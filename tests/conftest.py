@@ -16,8 +16,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import procs
 
-# Short PD timeouts so the "decode unreachable" cases fail in seconds, not SGLang's 300 s.
+# Short PD bootstrap timeouts so the "peer unreachable" cases fail in seconds, not SGLang's 300 s.
 PD_TIMEOUT_S = 6
+# A decode worker waits this long for KV from a prefill worker that accepted the request: longer,
+# because on a loaded 2-core machine a 9-3-1 question's prefills can queue for more than 6 s.
+PD_WAITING_TIMEOUT_S = 60
 PD_PAGE_SIZE = 4
 WORKER_ARGS = [
     "--max-total-tokens",
@@ -53,7 +56,7 @@ def stack(smollm2_dir, tmp_path_factory) -> Stack:
     log_dir = Path(os.environ.get("MOA_PD_TEST_LOGS") or tmp_path_factory.mktemp("stack-logs"))
     env = {
         "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT": str(PD_TIMEOUT_S),
-        "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": str(PD_TIMEOUT_S),
+        "SGLANG_DISAGGREGATION_WAITING_TIMEOUT": str(PD_WAITING_TIMEOUT_S),
     }
     started: list[procs.Proc] = []
     try:

@@ -325,17 +325,23 @@ def tree_config(
     chunk_tokens: int = 32,
     incremental: bool = True,
     min_chunk_tokens: int = 4,
+    temperature: float = 0.0,
 ):
     """A shipped CPU tree config with test-sized outputs (every agent's own length budget
-    replaced by `max_new_tokens`)."""
+    replaced by `max_new_tokens`). With `temperature` > 0 each agent samples with its own
+    `sampling_seed`, which both modes must reproduce token for token."""
     from router.config import IncrementalPrefill, Sampling
     from router.config_loader import load_config
 
     cfg = load_config(name)
     return cfg.model_copy(
         update={
-            "sampling": Sampling(max_new_tokens=max_new_tokens, temperature=0.0),
-            "agents": [a.model_copy(update={"sampling": Sampling()}) for a in cfg.agents],
+            "sampling": Sampling(max_new_tokens=max_new_tokens, temperature=temperature),
+            "agents": [
+                a.model_copy(update={"sampling": Sampling(
+                    sampling_seed=1000 + i if temperature > 0 else None)})
+                for i, a in enumerate(cfg.agents)
+            ],
             "slot_order": slot_order,
             "incremental_prefill": IncrementalPrefill(
                 enabled=incremental,

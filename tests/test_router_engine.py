@@ -39,18 +39,21 @@ def flush(stack) -> None:
 
 # Kept small: the 2-core CI box decodes SmolLM2 at a few tokens/s per stream under load.
 @pytest.mark.parametrize(
-    "tree,slot_order,n_tokens,questions",
+    "tree,slot_order,n_tokens,questions,temperature",
     [
-        ("tree_3_1_cpu", "template", 8, QUESTIONS),
-        ("tree_3_1_cpu", "dynamic", 8, QUESTIONS[1:]),
-        ("tree_9_3_1_cpu", "template", 10, QUESTIONS[:1]),
-        ("tree_9_3_1_cpu", "dynamic", 10, QUESTIONS[1:]),
+        ("tree_3_1_cpu", "template", 8, QUESTIONS, 0.0),
+        ("tree_3_1_cpu", "dynamic", 8, QUESTIONS[1:], 0.0),
+        ("tree_9_3_1_cpu", "template", 10, QUESTIONS[:1], 0.0),
+        ("tree_9_3_1_cpu", "dynamic", 10, QUESTIONS[1:], 0.0),
+        # Seeded sampling: each agent its own sampling_seed, temperature 0.8.
+        ("tree_3_1_cpu", "template", 8, QUESTIONS[:1], 0.8),
     ],
 )
-async def test_greedy_pipelined_equals_blocking_on_the_engine(
-    stack, tree, slot_order, n_tokens, questions
+async def test_pipelined_equals_blocking_on_the_engine(
+    stack, tree, slot_order, n_tokens, questions, temperature
 ):
-    cfg = tree_config(tree, max_new_tokens=n_tokens, slot_order=slot_order)
+    cfg = tree_config(tree, max_new_tokens=n_tokens, slot_order=slot_order,
+                      temperature=temperature)
     async with RouterContext.open(stack_cluster(stack)) as ctx:
         for q in questions:
             # Cold caches, pipelined first: a wrong warm-up KV cannot hide behind blocking's
