@@ -96,7 +96,8 @@ def pd_engine(mode: str, **kw):
 
         return make
 
-    eng.pd.make_sender, eng.pd.make_receiver = new(Sender), new(Receiver)
+    eng.sched.kv_transfer.make_sender = new(Sender)
+    eng.sched.kv_transfer.make_receiver = new(Receiver)
     return eng, peers
 
 
@@ -311,3 +312,36 @@ def test_req_fail_overrides_a_finish_not_yet_delivered():
     req.finish({"type": P.FINISH_LENGTH, "length": 1})
     req.fail("KV send failed", 502)
     assert req.status == 502 and req.finish_reason["type"] == P.FINISH_ABORT
+
+
+def test_each_worker_moves_a_request_through_its_states():
+    """All transitions go through the scheduler's one `_move`, in the documented order, and the
+    table and queues agree after every step."""
+    from sglang_ext.engine.request import ReqState as S
+
+    prefill, pp = pd_engine("prefill", chunk=8)
+    decode, dp = pd_engine("decode")
+    moves = {"prefill": [], "decode": []}
+    for name, eng in (("prefill", prefill), ("decode", decode)):
+        def record(req, state, _move=eng.sched._move, name=name):
+            moves[name].append(state)
+            _move(req, state)
+
+        eng.sched._move = record
+    pcol, dcol = Collector(), Collector()
+    prompt = list(range(1, 21))  # three 8-token chunks on prefill
+    prefill.submit(pd_req("s", prompt, 3, pcol, room=60))
+    decode.submit(pd_req("s", prompt, 3, dcol, room=60))
+    for _ in range(4):
+        run(decode)
+        run(prefill)
+        stats(prefill), stats(decode)
+    dp["s"].deliver(pp["s"])
+    for _ in range(4):
+        run(prefill)
+        run(decode)
+        stats(prefill), stats(decode)
+    assert pcol.last.status == 200 and dcol.done.is_set() and len(dcol.ids) == 3
+    assert moves["prefill"] == [S.BOOTSTRAP, S.WAITING, S.PREFILLING, S.SENDING, S.DONE]
+    assert moves["decode"] == [S.PREALLOC, S.RECEIVING, S.RUNNING, S.DONE]
+    assert not prefill.reqs and not decode.reqs

@@ -37,7 +37,7 @@ def run(eng, reqs: list[tuple[str, int, int | None]]) -> dict[str, float]:
         req = make_req(rid, [1 + (hash(rid) + i) % 90 for i in range(n)], 1, cols[rid])
         req.priority = prio
         out[rid] = req
-        eng._add(req)
+        eng.sched.add(req)
     for _ in range(200):
         if all(c.done.is_set() for c in cols.values()):
             break
@@ -62,11 +62,11 @@ def test_a_started_prefill_is_never_preempted():
     cols = {rid: Collector() for rid in ("a", "c")}
     a = make_req("a", list(range(1, 41)), 1, cols["a"])  # 5 chunks of 8
     a.priority = 0
-    eng._add(a)
+    eng.sched.add(a)
     eng.step()  # a's first chunk: it has started
     c = make_req("c", [7, 8, 9], 1, cols["c"])
     c.priority = 100
-    eng._add(c)
+    eng.sched.add(c)
     while not cols["c"].done.is_set():
         eng.step()
     assert cols["a"].done.is_set()  # a ran on to its end first
@@ -78,14 +78,14 @@ def test_priority_on_a_server_without_priority_scheduling():
     col = Collector()
     req = make_req("p", [1, 2, 3], 1, col)
     req.priority = 1
-    eng._add(req)  # ignored without --abort-on-priority-when-disabled
+    eng.sched.add(req)  # ignored without --abort-on-priority-when-disabled
     assert "p" in eng.reqs
     eng.cfg = replace(eng.cfg, abort_on_priority_when_disabled=True)
     eng.sched.cfg = eng.cfg
     col = Collector()
     req = make_req("q", [1, 2, 3], 1, col)
     req.priority = 1
-    eng._add(req)
+    eng.sched.add(req)
     assert col.last.status == 503 and col.last.finish_reason["message"] == (
         P.PRIORITY_DISABLED_MESSAGE
     )
@@ -102,8 +102,8 @@ def test_priority_must_be_an_int():
 
 def test_cli_takes_sglang_priority_flags():
     args = parse_args(
-        ["--model-path", "m", "--enable-priority-scheduling", "--schedule-low-priority-values-first",
-         "--default-priority-value", "7", "--abort-on-priority-when-disabled",
+        ["--model-path", "m", "--enable-priority-scheduling",
+         "--schedule-low-priority-values-first", "--default-priority-value", "7", "--abort-on-priority-when-disabled",
          "--disable-priority-preemption"]
     )
     assert args.enable_priority_scheduling and args.schedule_low_priority_values_first
@@ -129,7 +129,7 @@ def _warmup(url: str, ids: list[int], priority: int, out: dict, rid: str) -> Non
 def _round(url: str, rng: random.Random, critical: int) -> dict[str, dict]:
     """A long prefill `a` starts; warm-ups w1, w2 queue; then `c` arrives with `critical`."""
     out: dict = {}
-    lengths = {"a": 800, "w1": 48, "w2": 48, "c": 48}  # a: 50 full chunks of 16
+    lengths = {"a": 320, "w1": 32, "w2": 32, "c": 32}  # a: 20 full chunks of 16
     threads = []
     for rid, n in lengths.items():
         ids = [rng.randrange(1000, 40000) for _ in range(n)]

@@ -1,11 +1,12 @@
 """A request inside the engine (`Req`), its `SamplingParams`, and the `OutputChunk`s it emits.
 
-Built by the HTTP layer (`generate_io.py`), mutated only by the engine thread (scheduler, PD
-queues), read back by the HTTP layer through OutputChunks delivered on its asyncio loop.
+Built by the HTTP layer (`generate_io.py`), mutated only by the engine thread (the scheduler),
+read back by the HTTP layer through OutputChunks delivered on its asyncio loop.
 """
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -142,6 +143,19 @@ class OutputChunk:
         return self.finish_reason is not None
 
 
+class ReqState(enum.Enum):
+    """Where a live request is; only the scheduler moves it (SGLang's queue names in comments)."""
+
+    BOOTSTRAP = "bootstrap"  # prefill: waiting for decode's destination (bootstrap queue)
+    WAITING = "waiting"  # for a prefill slot and pages
+    PREFILLING = "prefilling"  # its prompt is being computed, chunk by chunk
+    SENDING = "sending"  # prefill: its KV is on the way to decode (inflight queue)
+    PREALLOC = "prealloc"  # decode: waiting for pages (prealloc queue)
+    RECEIVING = "receiving"  # decode: its KV is arriving (transfer queue)
+    RUNNING = "running"  # decoding
+    DONE = "done"  # finished, aborted or failed; leaves the table at the end of the step
+
+
 @dataclass(slots=True, eq=False)
 class Req:
     rid: str
@@ -157,7 +171,8 @@ class Req:
     # SGLang's `priority` (None: not given; the scheduler fills in the default when it sorts).
     priority: int | None = None
     time_stats: ReqTimeStats = field(default_factory=ReqTimeStats)
-    # --- engine state ---
+    # --- engine state (set by the scheduler only) ---
+    state: ReqState | None = None  # None until the scheduler takes it
     output_ids: list[int] = field(default_factory=list)
     output_logprobs: list[float] = field(default_factory=list)
     output_top_logprobs: list[list[tuple[float, int]]] = field(default_factory=list)

@@ -1,30 +1,44 @@
-"""Scheduler: every request state transition of one worker (waiting → prefilling → running → done).
+"""Scheduler: the one owner of a worker's request state. Every live request is in the table
+(`reqs`) and in exactly one state, in that state's queue; every transition is a method here, run
+only in the engine thread:
 
-Called only from the engine thread: `schedule_prefill` / `schedule_decode` build a `Batch`, the
-engine runs the model, `process` samples and moves requests on. Pages are admitted by
-reservation: a request is admitted only when the pages for its whole prompt + max_new_tokens fit
-(free + evictable - already reserved), so a decode step never runs out of pages.
+    null:     WAITING -> PREFILLING -> RUNNING -> DONE
+    prefill:  BOOTSTRAP -> WAITING -> PREFILLING -> SENDING -> DONE   (SGLang: bootstrap, waiting,
+                                                                       inflight queues)
+    decode:   PREALLOC -> RECEIVING -> RUNNING -> DONE                (SGLang: prealloc, transfer)
+
+and from any state to DONE by `abort` or a failed transfer. A step (engine.py): `poll` the
+transfers, run the batches `schedule_prefill` / `schedule_decode` build, `process` their logits,
+`reap` what is done. Pages belong to `PageAllocator`, transfer endpoints to `PDTransfer`.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from sglang_ext import protocol as P
+from sglang_ext.disagg import KVPoll, RoomInUseError
 from sglang_ext.engine.config import EngineConfig
 from sglang_ext.engine.forward_batch import ForwardBatch
-from sglang_ext.engine.kv_pool import PagePool, ReqToTokenPool
-from sglang_ext.engine.radix_cache import RadixCache
-from sglang_ext.engine.request import Req
+from sglang_ext.engine.page_allocator import PageAllocator
+from sglang_ext.engine.pd_transfer import PDTransfer, writes_possible
+from sglang_ext.engine.request import Req, ReqState
 from sglang_ext.engine.sampler import sample
 
 logger = logging.getLogger(__name__)
+
+S = ReqState
+# The queues a PD request passes through besides the scheduler's own, and their stats names.
+PD_QUEUES = {S.BOOTSTRAP: "bootstrap", S.SENDING: "inflight", S.PREALLOC: "prealloc",
+             S.RECEIVING: "transfer"}
 
 
 @dataclass(slots=True)
@@ -35,96 +49,63 @@ class Batch:
     is_prefill: bool
 
 
+@dataclass(slots=True)
+class Quarantined:
+    """Decode pages of a request given up while prefill might still WRITE into them."""
+
+    pages: list[int]
+    receiver: Any
+    until: float  # released at this time even if prefill never acknowledges the abort
+
+
 class Scheduler:
-    def __init__(self, cfg: EngineConfig, decode_text: Callable[[list[int]], str] | None = None):
+    def __init__(self, cfg: EngineConfig, decode_text: Callable[[list[int]], str] | None = None,
+                 kv_manager=None, kv_buffer=None):
         self.cfg = cfg
-        self.pool = PagePool(cfg.num_pages, cfg.page_size)
-        self.req_to_token = ReqToTokenPool(
-            cfg.max_running_requests, cfg.context_length + 1, cfg.page_size
-        )
-        self.cache = RadixCache(self.pool) if cfg.uses_radix_cache else None
         self.decode_text = decode_text
-        self.waiting: deque[Req] = deque()
-        self.prefilling: list[Req] = []
-        self.running: list[Req] = []
-        self.reserved = 0  # pages promised to admitted requests, not yet allocated
+        self.pages = PageAllocator(cfg)
+        self.pool, self.cache = self.pages.pool, self.pages.cache
+        self.kv_transfer = PDTransfer(cfg, kv_manager, kv_buffer) if cfg.mode != "null" else None
+        self.reqs: dict[str, Req] = {}
+        self.queues: dict[ReqState, Any] = {s: [] for s in ReqState if s is not S.DONE}
+        self.queues[S.WAITING] = deque()
+        self.quarantine: list[Quarantined] = []
         self.default_gen = torch.Generator().manual_seed(cfg.random_seed)
-        # Set by the engine in PD mode: called when a prefill finishes, instead of decoding on.
-        self.on_prefill_done: Callable[[Req], None] | None = None
+        self.counters = dict.fromkeys(
+            ("requests", "finished", "aborted", "failed", "prompt_tokens", "cached_tokens",
+             "generated_tokens", "forward_steps"), 0)
 
-    # --- pages -----------------------------------------------------------------------------------
-    def available_pages(self) -> int:
-        evictable = self.cache.evictable_size() // self.cfg.page_size if self.cache else 0
-        return self.pool.num_free + evictable - self.reserved
+    @property
+    def waiting(self) -> deque[Req]:
+        return self.queues[S.WAITING]
 
-    def alloc_pages(self, n: int) -> list[int]:
-        if self.pool.num_free < n and self.cache is not None:
-            self.cache.evict(n - self.pool.num_free)
-        return self.pool.alloc(n)
+    @property
+    def prefilling(self) -> list[Req]:
+        return self.queues[S.PREFILLING]
 
-    def try_admit(self, req: Req, kv_tokens: int) -> bool:
-        """Give `req` a row, its cached prefix (locked), pages for its prompt, and a reservation
-        for the rest of `kv_tokens`. False (nothing changed) when they do not fit yet."""
-        ps = self.cfg.page_size
-        if self.req_to_token.num_free == 0:
-            return False
-        prefix, node = [], None
-        if self.cache is not None:
-            # At least the last prompt token is recomputed: its logits give the first new token.
-            prefix, node = self.cache.match_prefix(req.input_ids[: req.prompt_len - 1])
-            self.cache.inc_lock_ref(node)
-        need = self.pool.pages_for(kv_tokens) - len(prefix)
-        if need > self.available_pages():
-            if node is not None:
-                self.cache.dec_lock_ref(node)
-            return False
-        prompt_new = self.pool.pages_for(req.prompt_len) - len(prefix)
-        req.row = self.req_to_token.alloc()
-        req.pages = prefix + self.alloc_pages(prompt_new)
-        req.num_prefix_pages, req.last_node = len(prefix), node
-        req.cached_tokens = req.num_computed = len(prefix) * ps
-        req.reserved_pages = need - prompt_new
-        self.reserved += req.reserved_pages
-        self.req_to_token.write_pages(req.row, 0, req.pages)
-        return True
+    @property
+    def running(self) -> list[Req]:
+        return self.queues[S.RUNNING]
 
-    def grow(self, req: Req, num_tokens: int) -> None:
-        """Make sure pages cover `num_tokens` tokens, drawing on the request's reservation."""
-        missing = self.pool.pages_for(num_tokens) - len(req.pages)
-        if missing > 0:
-            new = self.alloc_pages(missing)
-            take = min(missing, req.reserved_pages)
-            req.reserved_pages -= take
-            self.reserved -= take
-            self.req_to_token.write_pages(req.row, len(req.pages), new)
-            req.pages.extend(new)
+    def _move(self, req: Req, state: ReqState) -> None:
+        """The one place a request changes state (and queue)."""
+        if req.state is not None and req.state is not S.DONE:
+            self.queues[req.state].remove(req)
+        req.state = state
+        if state is not S.DONE:
+            self.queues[state].append(req)
 
-    def release(self, req: Req) -> None:
-        """Return a request's pages: computed whole pages go into the radix cache (null/prefill),
-        the rest to the pool. Idempotent."""
-        if req.row is None:
-            return
-        ps = self.cfg.page_size
-        own_from = req.num_prefix_pages
-        if self.cache is not None:
-            aligned = req.num_computed // ps
-            done = self.cache.insert(req.all_ids[: aligned * ps], req.pages[:aligned])
-            # [num_prefix_pages, done) were cached meanwhile by another request: ours are copies.
-            self.pool.free(req.pages[own_from : max(own_from, done // ps)])
-            own_from = aligned
-            self.cache.dec_lock_ref(req.last_node)
-        self.pool.free(req.pages[own_from:])
-        self.reserved -= req.reserved_pages
-        req.reserved_pages, req.pages, req.last_node = 0, [], None
-        self.req_to_token.free(req.row)
-        req.row = None
+    def pending(self) -> bool:
+        """Something may move without a new command (queued, running or transferring requests,
+        decode pages in quarantine)."""
+        return any(self.queues.values()) or bool(self.quarantine)
 
+    # --- arrival ---------------------------------------------------------------------------------
     def kv_tokens_needed(self, req: Req) -> int:
         if self.cfg.mode == "prefill":
             return req.prompt_len
         return req.prompt_len + max(req.sampling.max_new_tokens, 1)
 
-    # --- priority (SGLang's --enable-priority-scheduling) ---------------------------------------
     def set_or_validate_priority(self, req: Req) -> bool:
         """As SGLang's scheduler on arrival: give a request without `priority` the default (else
         the lowest possible); False when this server refuses priorities and the request has one."""
@@ -138,23 +119,148 @@ class Scheduler:
             return True
         return req.priority is None or not cfg.abort_on_priority_when_disabled
 
-    def enqueue(self, req: Req) -> None:
-        """Into the waiting queue (for prefill: once decode's destination is known)."""
-        req.time_stats.wait_queue_entry_time = req.time_stats.now()
-        self.waiting.append(req)
+    def add(self, req: Req) -> None:
+        """A new request: refused (its reply says why), or queued in its first state."""
+        c, cfg = self.counters, self.cfg
+        c["requests"] += 1
+        c["prompt_tokens"] += req.prompt_len
+        if req.rid in self.reqs:
+            return _reject(req, 400, f"rid '{req.rid}' is already in use by a live request")
+        need = self.pool.pages_for(self.kv_tokens_needed(req))
+        if need > cfg.num_pages:
+            return _reject(req, 503, (
+                f"the request needs {need} KV pages (prompt + max_new_tokens) but the pool has "
+                f"{cfg.num_pages}: lower max_new_tokens or raise --max-total-tokens"))
+        queued = len(self.waiting) + sum(len(self.queues[s]) for s in PD_QUEUES)
+        if queued >= cfg.max_queued_requests:
+            return _reject(req, 503, f"{queued} requests are already queued "
+                                     "(--max-queued-requests); retry later")
+        if not self.set_or_validate_priority(req):
+            return _reject(req, 503, P.PRIORITY_DISABLED_MESSAGE)
+        now = req.time_stats.now()
+        if self.kv_transfer is None:
+            self.reqs[req.rid] = req
+            return self._enqueue(req)
+        try:
+            self.kv_transfer.open(req)
+        except Exception as e:  # noqa: BLE001 - e.g. a bootstrap host that does not resolve
+            logger.warning("rid=%s: PD setup failed: %s", req.rid, e)
+            status = 409 if isinstance(e, RoomInUseError) else 502
+            msg = f"PD setup failed for bootstrap_room {req.bootstrap_room}: {e}"
+            return _reject(req, status, msg)
+        self.reqs[req.rid] = req
+        if cfg.mode == "prefill":
+            req.time_stats.prefill_bootstrap_queue_entry_time = now
+            self._move(req, S.BOOTSTRAP)
+        else:
+            req.time_stats.decode_prealloc_queue_entry_time = now
+            self._move(req, S.PREALLOC)
 
+    def _enqueue(self, req: Req) -> None:
+        req.time_stats.wait_queue_entry_time = req.time_stats.now()
+        self._move(req, S.WAITING)
+
+    # --- transfers (PD) --------------------------------------------------------------------------
+    def poll(self) -> None:
+        """Move PD requests on by their transfer state. A request whose endpoint raises, or whose
+        aux is unusable, fails alone (502); the others go on."""
+        if self.kv_transfer is None:
+            return
+        self._expire_quarantine()
+        for req in list(self.queues[S.BOOTSTRAP]):
+            st = self._poll(req, req.kv_sender)
+            if st == KVPoll.WaitingForInput:
+                self._enqueue(req)
+            elif st == KVPoll.Failed:
+                hint = (f"send the same request to a decode worker (bootstrap_host "
+                        f"{req.bootstrap_host}) or use the fake host {P.FAKE_BOOTSTRAP_HOST} for "
+                        "a prefill-only warm-up")
+                self._fail(req, *PDTransfer.failure(req.kv_sender, "bootstrap failed", hint))
+        for req in list(self.queues[S.SENDING]):
+            st = self._poll(req, req.kv_sender)
+            if st == KVPoll.Success:
+                req.time_stats.prefill_kv_transfer_finish_time = req.time_stats.now()
+                req.kv_sender = None
+                req.finish({"type": P.FINISH_LENGTH, "length": 1})
+                self._finish(req)
+            elif st == KVPoll.Failed:
+                self._fail(req, *PDTransfer.failure(req.kv_sender, "KV send failed"))
+        self._admit_decode()
+        for req in list(self.queues[S.RECEIVING]):
+            st = self._poll(req, req.kv_receiver)
+            if st == KVPoll.Success:
+                try:
+                    self._start_decode(req)
+                except Exception as e:  # bad aux from prefill fails this request only
+                    logger.exception("rid=%s: cannot start decoding", req.rid)
+                    self._fail(req, 502, f"bad KV aux data from prefill: {e!r}")
+            elif st == KVPoll.Failed:
+                self._fail(req, *PDTransfer.failure(req.kv_receiver, "KV receive failed"))
+
+    def _poll(self, req: Req, peer) -> KVPoll | None:
+        try:
+            return peer.poll()
+        except Exception as e:  # one broken transfer must not stop the engine
+            logger.exception("rid=%s: KV transfer poll raised", req.rid)
+            self._fail(req, 502, f"KV transfer of room {req.bootstrap_room} broke: {e!r}")
+            return None
+
+    def _admit_decode(self) -> None:
+        prealloc, receiving = self.queues[S.PREALLOC], self.queues[S.RECEIVING]
+        while prealloc and len(self.running) + len(receiving) < self.cfg.max_running_requests:
+            req = prealloc[0]
+            if not self.pages.try_admit(req, self.kv_tokens_needed(req)):
+                return  # pool full: wait, in order
+            req.time_stats.decode_transfer_queue_entry_time = req.time_stats.now()
+            self._move(req, S.RECEIVING)
+            prompt_pages = req.pages[: self.pool.pages_for(req.prompt_len)]
+            try:
+                req.kv_receiver.init(self.kv_transfer.ranges(prompt_pages))
+            except Exception as e:  # noqa: BLE001 - any transport error fails this request only
+                self._fail(req, 502, f"KV receiver init failed: {e}")
+
+    def _start_decode(self, req: Req) -> None:
+        first = self.kv_transfer.first_token(req)  # raises on bad aux: the caller fails req
+        req.kv_receiver = None
+        req.time_stats.wait_queue_entry_time = req.time_stats.now()
+        req.num_computed = req.prompt_len
+        req.cached_tokens = first.cached_tokens
+        self.append_token(req, first.token, first.logprob, first.top_logprobs)
+        if req.finished:
+            self._finish(req)
+        else:
+            self._move(req, S.RUNNING)
+            req.emit()
+
+    def _send(self, req: Req) -> None:
+        """Prefill done: ship the prompt's pages and the first token to decode."""
+        self._move(req, S.SENDING)
+        req.time_stats.prefill_transfer_queue_entry_time = req.time_stats.now()
+        try:
+            self.kv_transfer.send(req, req.pages[: self.pool.pages_for(req.prompt_len)])
+        except Exception as e:  # noqa: BLE001
+            self._fail(req, 502, f"KV send failed: {e}")
+
+    def _expire_quarantine(self) -> None:
+        now, keep = time.monotonic(), []
+        for q in self.quarantine:
+            if now > q.until or not writes_possible(q.receiver):
+                self.pool.free(q.pages)
+            else:
+                keep.append(q)
+        self.quarantine = keep
+
+    def quarantined_pages(self) -> int:
+        return sum(len(q.pages) for q in self.quarantine)
+
+    # --- batches ---------------------------------------------------------------------------------
     def _sort_waiting(self) -> None:
         # SGLang's fcfs + priority: by priority (larger first unless low values first), then by
         # when the request entered the waiting queue.
         sign = 1 if self.cfg.schedule_low_priority_values_first else -1
-        self.waiting = deque(
-            sorted(
-                self.waiting,
-                key=lambda r: (sign * r.priority, r.time_stats.wait_queue_entry_time),
-            )
-        )
+        self.queues[S.WAITING] = deque(sorted(
+            self.waiting, key=lambda r: (sign * r.priority, r.time_stats.wait_queue_entry_time)))
 
-    # --- batches ---------------------------------------------------------------------------------
     def schedule_prefill(self) -> Batch | None:
         """Started prefills go on first (never preempted, as SGLang's chunked request); the budget
         left admits waiting requests in queue order (sorted by priority when enabled). A request
@@ -179,15 +285,15 @@ class Scheduler:
             budget > 0
             and self.waiting
             and len(self.prefilling) + len(self.running) < self.cfg.max_running_requests
-            and self.try_admit(self.waiting[0], self.kv_tokens_needed(self.waiting[0]))
+            and self.pages.try_admit(self.waiting[0], self.kv_tokens_needed(self.waiting[0]))
         ):
-            req = self.waiting.popleft()
-            self.prefilling.append(req)
+            req = self.waiting[0]
+            self._move(req, S.PREFILLING)
             req.time_stats.forward_entry_time = req.time_stats.now()
             take(req)
         if not reqs:
             return None
-        slots = [self.req_to_token.slots(r.row, 0, e) for r, e in zip(reqs, ends)]
+        slots = [self.pages.req_to_token.slots(r.row, 0, e) for r, e in zip(reqs, ends)]
         new = [r.input_ids[r.num_computed : e] for r, e in zip(reqs, ends)]
         return Batch(reqs, ForwardBatch.build(slots, new), ends, True)
 
@@ -196,10 +302,10 @@ class Scheduler:
             return None
         reqs = list(self.running)
         for r in reqs:
-            self.grow(r, r.seq_len)
+            self.pages.grow(r, r.seq_len)
             if r.time_stats.forward_entry_time == 0:  # decode worker: its first forward here
                 r.time_stats.forward_entry_time = r.time_stats.now()
-        slots = [self.req_to_token.slots(r.row, 0, r.seq_len) for r in reqs]
+        slots = [self.pages.req_to_token.slots(r.row, 0, r.seq_len) for r in reqs]
         return Batch(
             reqs,
             ForwardBatch.build(slots, [[r.output_ids[-1]] for r in reqs]),
@@ -207,15 +313,17 @@ class Scheduler:
             False,
         )
 
-    def process(self, batch: Batch, logits: torch.Tensor) -> None:
-        """Sample the sequences that completed their prompt or decoded; move requests on."""
-        idx = [
-            i
-            for i, (r, e) in enumerate(zip(batch.reqs, batch.ends))
-            if not batch.is_prefill or e == r.prompt_len
-        ]
+    def process(self, batch: Batch, logits: torch.Tensor, started: float = 0.0,
+                ended: float = 0.0) -> None:
+        """Sample the sequences that completed their prompt or decoded; move requests on.
+        `started`/`ended`: when the batch's forward ran (perf_counter)."""
         for r, e in zip(batch.reqs, batch.ends):
             r.num_computed = e
+            if batch.is_prefill:  # SGLang's prefill_run_batch_{start,end}_time: last batch wins
+                r.time_stats.prefill_run_batch_start_time = started
+                r.time_stats.prefill_run_batch_end_time = ended
+        idx = [i for i, (r, e) in enumerate(zip(batch.reqs, batch.ends))
+               if not batch.is_prefill or e == r.prompt_len]
         if not idx:
             return
         reqs = [batch.reqs[i] for i in idx]
@@ -231,16 +339,13 @@ class Scheduler:
                 out.logprobs[j] if out.logprobs else None,
                 out.top_logprobs[j] if out.top_logprobs else [],
             )
-            if batch.is_prefill:
-                self.prefilling.remove(req)
-                if self.on_prefill_done is not None:
-                    self.on_prefill_done(req)
-                    continue
-                if not req.finished:
-                    self.running.append(req)
-            if req.finished:
-                self.finish(req)
+            if batch.is_prefill and self.cfg.mode == "prefill":
+                self._send(req)
+            elif req.finished:
+                self._finish(req)
             else:
+                if batch.is_prefill:
+                    self._move(req, S.RUNNING)
                 req.emit()
 
     def append_token(self, req: Req, tok: int, logprob: float | None, top: list) -> None:
@@ -266,47 +371,92 @@ class Scheduler:
         if n >= max(sp.max_new_tokens, 1):
             req.finish({"type": P.FINISH_LENGTH, "length": sp.max_new_tokens})
 
-    def drop(self, req: Req, release: bool = True) -> None:
-        """Take `req` out of the scheduler's queues (and free its pages unless told not to)."""
-        for q in (self.waiting, self.prefilling, self.running):
-            if req in q:
-                q.remove(req)
-        if release:
-            self.release(req)
-
-    def finish(self, req: Req) -> None:
-        """Free a finished request and send its last chunk."""
+    # --- leaving ---------------------------------------------------------------------------------
+    def _finish(self, req: Req) -> None:
+        """A normal end: free the request's pages and send its last chunk."""
         req.time_stats.completion_time = req.time_stats.now()
-        self.drop(req)
+        self._move(req, S.DONE)
+        self.pages.release(req)
         req.emit()
+
+    def _close(self, req: Req) -> None:
+        """Out of its queue, its transfer aborted, its pages back (quarantined on decode while a
+        prefill WRITE may still land in them)."""
+        self._move(req, S.DONE)
+        receiver = PDTransfer.close(req)
+        if receiver is not None and req.pages:
+            until = time.monotonic() + self.cfg.waiting_timeout_s
+            self.quarantine.append(Quarantined(req.pages, receiver, until))
+            req.pages = []  # release() below frees the row and reservation, not these pages
+        self.pages.release(req)
+
+    def _fail(self, req: Req, status: int, message: str) -> None:
+        """A failure in the request's transfer: it ends alone; `reap` counts it."""
+        logger.warning("rid=%s room=%s failed: %s", req.rid, req.bootstrap_room, message)
+        self._close(req)
+        req.fail(message, status)
+        req.emit()
+
+    def abort(self, req: Req, message: str, status: int = 200) -> bool:
+        """Abort a live request from whatever state it is in (status 200: by request)."""
+        self._close(req)
+        del self.reqs[req.rid]
+        req.fail(message, status)
+        req.emit()
+        self.counters["finished"] += 1
+        self.counters["aborted" if status == 200 else "failed"] += 1
+        return True
+
+    def reap(self) -> None:
+        """Drop DONE requests from the table. A prefill request stays live in SENDING while its
+        KV is being sent (it holds pages and a KVSender): aborts, flush and integrity see it."""
+        for rid, req in list(self.reqs.items()):
+            if req.state is S.DONE:
+                del self.reqs[rid]
+                c = self.counters
+                c["finished"] += 1
+                c["generated_tokens"] += len(req.output_ids)
+                c["cached_tokens"] += req.cached_tokens
+                if req.finish_reason.get("type") == P.FINISH_ABORT:
+                    c["aborted" if req.status == 200 else "failed"] += 1
 
     # --- introspection ---------------------------------------------------------------------------
     def page_stats(self) -> dict:
-        ps = self.cfg.page_size
-        cached = self.cache.total_size() // ps if self.cache else 0
-        return {
-            "page_size": ps,
-            "total_pages": self.pool.num_pages,
-            "free_pages": self.pool.num_free,
-            "cached_pages": cached,
-            "evictable_pages": self.cache.evictable_size() // ps if self.cache else 0,
-            "in_use_pages": self.pool.num_pages - self.pool.num_free - cached,
-            "reserved_pages": self.reserved,
-            "num_running_reqs": len(self.running) + len(self.prefilling),
-            "num_waiting_reqs": len(self.waiting),
-        }
+        out = self.pages.stats()
+        out["num_running_reqs"] = len(self.running) + len(self.prefilling)
+        out["num_waiting_reqs"] = len(self.waiting)
+        return out
 
-    def check_integrity(self, live: list[Req], other_held: int = 0) -> None:
-        """free + cached + pages held by live requests (beyond their cached prefix) + pages held
-        elsewhere (decode's quarantine) == total."""
+    def stats(self) -> dict:
+        out = self.page_stats()
+        if self.kv_transfer is not None:
+            out.update({f"pd_{name}": len(self.queues[s]) for s, name in PD_QUEUES.items()})
+            out["pd_quarantined_pages"] = self.quarantined_pages()
+        out["num_live_reqs"] = len(self.reqs)
+        out.update(self.counters)
+        return out
+
+    def check_integrity(self) -> None:
+        """Pages add up, and every live request sits in exactly the queue of its state."""
+        live = list(self.reqs.values())
+        self.pages.check_integrity(live, self.quarantined_pages())
+        queued = [r for q in self.queues.values() for r in q]
+        assert len(queued) == len({id(r) for r in queued}), "a request is in two queues"
+        assert all(r.state is not S.DONE and r in self.queues[r.state] for r in live), (
+            "a live request is not in its state's queue")
+        assert all(self.reqs.get(r.rid) is r for r in queued), "a queued request is not live"
+
+    def flush_cache(self) -> bool:
+        """Drop the radix cache; refused (False) while anything is live or queued (a request's
+        pages may be locked in the tree or still being sent), as SGLang does. A worker without
+        one (decode) has nothing to flush and succeeds when idle, as SGLang's does."""
+        if self.reqs or self.pending():
+            return False
         if self.cache is not None:
-            self.cache.check_integrity()
-        held = other_held + sum(
-            len(r.pages) - r.num_prefix_pages for r in live if r.row is not None
-        )
-        cached = self.cache.total_size() // self.cfg.page_size if self.cache else 0
-        assert self.pool.num_free + cached + held == self.pool.num_pages, (
-            f"page leak: free {self.pool.num_free} + cached {cached} + held {held} "
-            f"!= total {self.pool.num_pages}"
-        )
-        assert self.reserved == sum(r.reserved_pages for r in live), "reservation drift"
+            self.cache.reset()
+        return True
+
+
+def _reject(req: Req, status: int, message: str) -> None:
+    req.fail(message, status)
+    req.emit()
