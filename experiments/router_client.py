@@ -45,6 +45,22 @@ class RouterClient:
         except aiohttp.ClientError as e:
             raise GraphRunError(f"shell router at {url} unreachable: {e}") from None
 
+    async def deployment_down(self) -> str | None:
+        """None while the shell router reports its deployment healthy, else what is down (each
+        process and its log file), or that the shell router itself does not answer."""
+        url = f"{self.base_url}/health"
+        try:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=10)) as resp:
+                body = await resp.json(content_type=None)
+                if resp.status == 200:
+                    return None
+        except (aiohttp.ClientError, TimeoutError, ValueError) as e:
+            return f"the shell router at {self.base_url} does not answer ({type(e).__name__})"
+        down = (body or {}).get("down") or []
+        return "; ".join(f"{d['model']} {d['role']} at {d['url']} is down ({d['reason']})"
+                         + (f"; its log: {d['log']}" if d.get("log") else "")
+                         for d in down) or f"the shell router's /health answered {resp.status}"
+
     async def post_json(self, url: str, body: dict) -> int:
         async with self._session.post(url, json=body) as resp:
             await resp.read()

@@ -38,10 +38,13 @@ class RunSpec:
     fail_fast: bool = False
     backend: str = "torch"
     pin_cpus: bool = False  # when the run brings its own deployment up
+    # A failed sample whose deployment is down stops the run, unless this is set (then every
+    # remaining sample is tried and recorded).
+    keep_going: bool = False
 
 
 class FailFast(RuntimeError):
-    pass
+    """The run stopped early: --fail-fast saw a failed sample, or the deployment is down."""
 
 
 def config_for(spec: RunSpec, setting: Setting) -> str:
@@ -194,6 +197,8 @@ async def _run_setting(client: RouterClient, spec: RunSpec, cluster: dict, setti
         _update_bar(bar, stats, setting, row)
         if error and spec.fail_fast:
             raise FailFast(f"{q.id} setting {setting.number}: {error}")
+        if error:
+            await _stop_if_down(client, spec, f"{q.id} setting {setting.number}")
 
     # Like a TaskGroup (3.11+; we support 3.10): the first failure cancels the questions still
     # running, so nothing is left talking to a deployment that is being torn down.
@@ -204,6 +209,20 @@ async def _run_setting(client: RouterClient, spec: RunSpec, cluster: dict, setti
         for t in tasks:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _stop_if_down(client: RouterClient, spec: RunSpec, what: str) -> None:
+    """After a failure: stop the run (FailFast) when the deployment is down, unless
+    --keep-going; the samples still to run would only fail the same way."""
+    if spec.keep_going:
+        return
+    # The shell router probes its processes each second: a worker that died a moment ago may
+    # not be reported yet, so ask a few times before taking the failure as the sample's own.
+    for attempt in range(4):
+        if down := await client.deployment_down():
+            raise FailFast(f"{what} failed and the deployment is down: {down}")
+        if attempt < 3:
+            await asyncio.sleep(0.5)
 
 
 def _record_failed(spec: RunSpec, setting: Setting, questions: list[Question], error: str,
@@ -252,6 +271,7 @@ async def run_async(spec: RunSpec, cluster: dict) -> None:
                     await flush_worker_caches(client, cluster)
                 except FlushFailed as e:
                     _record_failed(spec, setting, batch, str(e), writer, bar, stats)
+                    await _stop_if_down(client, spec, f"setting {setting.number}")
                     continue
                 await _run_setting(client, spec, cluster, setting, batch, writer, bar, stats,
                                    done)

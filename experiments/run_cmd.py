@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=["torch", "sglang"], default="torch")
     p.add_argument("--resume", action="store_true", help="skip (sample, setting) rows already done")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed sample")
+    p.add_argument("--keep-going", action="store_true",
+                   help="when a worker is down, record the failed samples and go on (default: "
+                        "stop at the first failure whose deployment is down)")
     add_pin_cpus(p)
 
 
@@ -42,13 +45,14 @@ def main(args: argparse.Namespace) -> int:
         spec = RunSpec(args.config, args.dense_config, args.dataset, args.num_samples, settings,
                        args.concurrency, Path(args.out),
                        Path(args.cluster) if args.cluster else None, args.resume,
-                       args.fail_fast, args.backend, args.pin_cpus)
+                       args.fail_fast, args.backend, args.pin_cpus, keep_going=args.keep_going)
         written = run_experiment(spec)
     except ValueError as e:
         console.print(f"[red]error:[/red] {e}")
         return 2
     except (LaunchError, FailFast) as e:
         console.print(f"[red]error:[/red] {e}")
+        _summarize_partial(console, Path(args.out))
         console.print(f"rows written so far are kept in {args.out}/results.jsonl; continue "
                       f"with: {resume_command(args)}")
         return 1
@@ -59,6 +63,15 @@ def main(args: argparse.Namespace) -> int:
     for path in written:
         console.print(f"wrote {path}")
     return _report_failures(console, args)
+
+
+def _summarize_partial(console: Console, out: Path) -> None:
+    """summary.json (and what figures the rows allow) for a run that stopped early."""
+    from experiments.plot_cmd import rebuild
+
+    if (out / "results.jsonl").exists():
+        for path in rebuild(out, print_table=False):
+            console.print(f"wrote {path}")
 
 
 def resume_command(args: argparse.Namespace) -> str:

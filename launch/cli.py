@@ -7,7 +7,9 @@ a traceback: the message names the file, the JSON path and the fix.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 from router.config_loader import ConfigError
 
@@ -76,9 +78,17 @@ def _add_optional_commands(sub) -> None:
         mod.register(sub)
 
 
+def _sigterm_as_sigint(signum, frame) -> None:
+    """SIGTERM stops a command the way Ctrl-C does (asyncio's own SIGINT handling included):
+    what it started is torn down, results written so far stay valid."""
+    signal.raise_signal(signal.SIGINT)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for "resume with: ..." hints
+    main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _sigterm_as_sigint) if main_thread else None
     try:
         return args.func(args)
     except ConfigError as e:
@@ -87,6 +97,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import signal
 import time
 from pathlib import Path
 
@@ -57,6 +56,7 @@ def bring_up(stack: Stack) -> dict:
 def _cmd_up(args: argparse.Namespace) -> int:
     stack = make_stack(args.config, args.backend, Path(args.run_dir or default_run_dir()),
                        args.host, args.pin_cpus, args.warmup_verb)
+    stack.die_with_parent = not args.detach
     try:
         cluster = bring_up(stack)
     except LaunchError as e:
@@ -68,7 +68,6 @@ def _cmd_up(args: argparse.Namespace) -> int:
         console.print(f"detached; stop with: moa-pd down --run-dir {stack.run_dir}")
         return 0
     console.print("serving; Ctrl-C stops every process started here")
-    signal.signal(signal.SIGTERM, _interrupt)
     try:
         while all(p.popen.poll() is None for p in stack.procs):
             time.sleep(1.0)
@@ -81,11 +80,6 @@ def _cmd_up(args: argparse.Namespace) -> int:
     finally:
         console.print("stopping...")
         stack.down()
-
-
-def _interrupt(signum, frame) -> None:
-    """SIGTERM on `up` stops the deployment the same way Ctrl-C does."""
-    raise KeyboardInterrupt
 
 
 def add_pin_cpus(p: argparse.ArgumentParser) -> None:

@@ -3,6 +3,7 @@ for health, stop by process group. Only what we started is ever signalled."""
 
 from __future__ import annotations
 
+import ctypes
 import json
 import logging
 import os
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 log = logging.getLogger(__name__)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
 
 
 class LaunchError(RuntimeError):
@@ -68,7 +70,19 @@ def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
     return False
 
 
-def start(spec: ProcSpec, log_dir: Path) -> Proc:
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the process that started it dies, however it
+    dies (kill -9 included), so a deployment never outlives its foreground `moa-pd` (Linux
+    prctl PR_SET_PDEATHSIG; elsewhere the signal handlers and `stop_groups` do the job)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def start(spec: ProcSpec, log_dir: Path, die_with_parent: bool = True) -> Proc:
+    """Start spec in its own process group, output to LOG_DIR/NAME.log. die_with_parent: the
+    child gets SIGTERM when this process dies (off for `moa-pd up --detach`)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{spec.name}.log"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", **spec.env}
@@ -78,7 +92,8 @@ def start(spec: ProcSpec, log_dir: Path) -> Proc:
         # start_new_session: its own process group, so `down` can stop it and its children
         # without touching anything else, and Ctrl-C in our terminal reaches only us.
         popen = subprocess.Popen(spec.argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                 stdin=subprocess.DEVNULL, start_new_session=True)
+                                 stdin=subprocess.DEVNULL, start_new_session=True,
+                                 preexec_fn=_die_with_parent if die_with_parent else None)  # noqa: PLW1509 - one prctl call, no locks
     if spec.cpus:
         # Popen returns once the child has exec'd: it is a single thread starting Python, and
         # every thread it starts later (torch, NIXL, HTTP) inherits this mask.
@@ -139,23 +154,36 @@ def wait_healthy(procs: list[Proc], timeout_s: float,
 
 def stop_group(pid: int, grace_s: float = 10.0) -> None:
     """SIGTERM the process group led by pid, then SIGKILL what is left after grace_s."""
-    try:
-        os.killpg(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        return
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline:
+    stop_groups([pid], grace_s)
+
+
+def stop_groups(pids: list[int], grace_s: float = 8.0) -> None:
+    """SIGTERM every process group led by one of pids at once, then SIGKILL what is left after
+    grace_s: a whole deployment stops within grace_s, not grace_s per process."""
+    alive = []
+    for pid in pids:
         try:
-            os.killpg(pid, 0)
+            os.killpg(pid, signal.SIGTERM)
+            alive.append(pid)
         except ProcessLookupError:
-            return
+            _reap(pid)
+    deadline = time.monotonic() + grace_s
+    while alive and time.monotonic() < deadline:
+        for pid in list(alive):
+            _reap(pid)
+            try:
+                os.killpg(pid, 0)
+            except ProcessLookupError:
+                alive.remove(pid)
+        if alive:
+            time.sleep(0.1)
+    for pid in alive:
+        log.warning("process group %d ignored SIGTERM for %.0f s: SIGKILL", pid, grace_s)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
         _reap(pid)
-        time.sleep(0.1)
-    try:
-        os.killpg(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    _reap(pid)
 
 
 def _reap(pid: int) -> None:
@@ -166,7 +194,8 @@ def _reap(pid: int) -> None:
 
 
 def process_start_ticks(pid: int) -> int | None:
-    """The kernel's start time of pid (clock ticks since boot), or None if it is gone.
+    """The kernel's start time of pid (clock ticks since boot), or None if it is gone (or a
+    zombie).
 
     Together with the pid this names one process for good: a reused pid has another start time,
     and, unlike the command line, it does not change when a program renames itself (the Rust
@@ -177,7 +206,8 @@ def process_start_ticks(pid: int) -> int | None:
     except OSError:
         return None
     # Field 22; split after the ")" that closes the command name, which may contain spaces.
-    return int(stat.rsplit(")", 1)[1].split()[19])
+    fields = stat.rsplit(")", 1)[1].split()
+    return None if fields[0] == "Z" else int(fields[19])  # a zombie has exited: gone
 
 
 def write_pidfile(path: Path, procs: list[Proc]) -> None:

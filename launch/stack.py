@@ -21,7 +21,7 @@ from launch.procs import (
     port_in_use,
     process_start_ticks,
     start,
-    stop_group,
+    stop_groups,
     wait_healthy,
     write_pidfile,
 )
@@ -112,6 +112,8 @@ class Stack:
         # fake bootstrap host, or our /prefill_only verb (both backends serve it).
         self.warmup_verb = warmup_verb
         self.procs: list[Proc] = []
+        # Children get SIGTERM if this process dies (kill -9 too); `moa-pd up --detach` clears it.
+        self.die_with_parent = True
         self.models: dict[str, ModelPlan] = {}
         self.shell_router_port = 0
 
@@ -197,11 +199,20 @@ class Stack:
         return {
             "backend": self.backend,
             "host": self.host,
-            "models": {n: m.cluster_entry(self.host, self.backend) for n, m in self.models.items()},
+            "models": {n: {**m.cluster_entry(self.host, self.backend),
+                           "processes": self._processes(n)} for n, m in self.models.items()},
             "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
             "warmup_verb": self.warmup_verb,
             "configs": self.config_paths,
         }
+
+    def _processes(self, model: str) -> dict[str, dict]:
+        """The model's started processes by URL, for the shell router's health watch."""
+        return {p.spec.health_url.removesuffix("/health"): {
+                    "name": p.spec.name, "pid": p.pid,
+                    "start_ticks": process_start_ticks(p.pid), "log": str(p.log_path.resolve())}
+                for p in self.procs
+                if p.spec.health_url and p.spec.name.startswith(f"{model}.")}
 
     def up(self, on_ready=None) -> dict:
         """Start everything in dependency order; on any failure stop what started, then raise."""
@@ -223,7 +234,7 @@ class Stack:
             if busy:
                 raise LaunchError(f"port {busy[0]} for {spec.name} is already in use on "
                                   f"{self.host}; stop what holds it or retry")
-        started = [start(s, self.run_dir / "logs") for s in specs]
+        started = [start(s, self.run_dir / "logs", self.die_with_parent) for s in specs]
         self.procs += started
         write_pidfile(self.run_dir / "processes.json", self.procs)
         wait_healthy(started, self.startup_timeout_s, on_ready)
@@ -234,8 +245,7 @@ class Stack:
         tmp.replace(self.cluster_path)
 
     def down(self) -> None:
-        for p in reversed(self.procs):
-            stop_group(p.pid)
+        stop_groups([p.pid for p in reversed(self.procs)])
         self.procs.clear()
         pidfile = self.run_dir / "processes.json"
         if pidfile.exists():
@@ -255,9 +265,8 @@ def down_run_dir(run_dir: Path) -> list[str]:
     if not pidfile.exists():
         raise LaunchError(f"{pidfile} not found: nothing was started with --run-dir {run_dir}")
     rows = json.loads(pidfile.read_text())
-    for row in reversed(rows):
-        # A pid can be reused: signal it only if it is still the process we started.
-        if process_start_ticks(row["pid"]) == row.get("start_ticks"):
-            stop_group(row["pid"])
+    # A pid can be reused: signal it only if it is still the process we started.
+    stop_groups([row["pid"] for row in reversed(rows)
+                 if process_start_ticks(row["pid"]) == row.get("start_ticks")])
     pidfile.unlink()
     return [r["name"] for r in rows]

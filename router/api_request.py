@@ -1,16 +1,18 @@
-"""The HTTP API's shared pieces: the app's state keys and the parsing of request bodies into a
-config, a mode, a question and a Session. Used by server.py and chat_api.py."""
+"""The HTTP API's shared pieces: the app's state keys and the turning of a parsed request
+(router/api_schema.py) into a config and a Session. Used by server.py and chat_api.py."""
 
 from __future__ import annotations
 
 import json
 
 from aiohttp import web
+from pydantic import BaseModel
 
+from router.api_schema import BadRequest, parse
 from router.config import TopologyConfig
 from router.config_loader import config_from_dict, load_config
 from router.context import RouterContext
-from router.orchestrator import MODES, Session
+from router.orchestrator import Session
 from router.sessions import SessionStore
 
 CTX = web.AppKey("ctx", RouterContext)
@@ -18,27 +20,29 @@ STORE = web.AppKey("sessions", SessionStore)
 CONFIGS = web.AppKey("configs", dict)
 HOOK = web.AppKey("hook", object)
 
-
-class BadRequest(ValueError):
-    """A request body the API cannot serve; the message says which field is wrong and how to fix
-    it (HTTP 400)."""
+__all__ = ["CONFIGS", "CTX", "HOOK", "STORE", "BadRequest", "config_of", "new_session",
+           "read_request", "with_final_sampling"]
 
 
-async def read_body(request: web.Request) -> dict:
+async def read_request(request: web.Request, schema: type[BaseModel]) -> BaseModel:
+    """The body as `schema`; BadRequest for a body that is not UTF-8, not JSON or not valid.
+    (A body over the size limit raises aiohttp's 413, which server.py answers as JSON.)"""
+    raw = await request.read()
     try:
-        body = await request.json()
+        body = json.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise BadRequest(f"the body is not UTF-8 (byte {e.start}); send JSON encoded as "
+                         "UTF-8") from None
     except json.JSONDecodeError as e:
-        raise BadRequest(f"the body is not JSON: {e}") from e
-    if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
-    return body
+        raise BadRequest(f"the body is not JSON: {e}") from None
+    return parse(schema, body)
 
 
-def config_of(request: web.Request, ref) -> TopologyConfig:
+def config_of(request: web.Request, ref: str | dict) -> TopologyConfig:
     """A served config by name, a cfgs/ file (loaded once) or an inline JSON object."""
     if isinstance(ref, dict):
         return config_from_dict(ref, "<inline config>")
-    if not isinstance(ref, str) or not ref:
+    if not ref:
         raise BadRequest("'config' must be a config name, a cfgs/ path or an inline JSON object")
     configs = request.app[CONFIGS]
     if ref not in configs:
@@ -46,45 +50,31 @@ def config_of(request: web.Request, ref) -> TopologyConfig:
     return configs[ref]
 
 
-def mode_of(body: dict) -> str:
-    mode = body.get("mode", "pipelined")
-    if mode not in MODES:
-        raise BadRequest(f"'mode' must be one of {', '.join(MODES)}, not {mode!r}")
-    return mode
+def with_final_sampling(cfg: TopologyConfig, overrides: dict) -> TopologyConfig:
+    """`cfg` with the final agent's sampling updated (an OpenAI request's max_tokens, stop,
+    temperature, ...); the served config itself is left as it is. Stop strings add to the
+    config's own."""
+    if not overrides:
+        return cfg
+    agent = cfg.agent(cfg.final)
+    merged = cfg.sampling_of(cfg.final)
+    if overrides.get("stop") and merged.stop:
+        overrides = {**overrides, "stop": list(dict.fromkeys(merged.stop + overrides["stop"]))}
+    sampling = agent.sampling.model_copy(update=overrides)
+    agents = [a.model_copy(update={"sampling": sampling}) if a.id == agent.id else a
+              for a in cfg.agents]
+    return cfg.model_copy(update={"agents": agents})
 
 
-def question_of(body: dict) -> str:
-    q = body.get("question")
-    if not isinstance(q, str) or not q.strip():
-        raise BadRequest("'question' must be a non-empty string")
-    return q
-
-
-def _question_id(body: dict) -> str | None:
-    qid = body.get("question_id")
-    if qid is not None and not isinstance(qid, (str, int)):
-        raise BadRequest("'question_id' must be a string (it keys the early-exit draws)")
-    return None if qid is None else str(qid)
-
-
-def _dataset(body: dict) -> tuple[str | None, str | None]:
-    """(dataset, BBH task) the question comes from, when the client says so."""
-    out = []
-    for key in ("dataset", "task"):
-        v = body.get(key)
-        if v is not None and (not isinstance(v, str) or not v):
-            raise BadRequest(f"'{key}' must be a non-empty string (the question's {key}; "
-                             "majority vote reads answers with that dataset's extractor)")
-        out.append(v)
-    return out[0], out[1]
-
-
-def new_session(request: web.Request, body: dict, cfg: TopologyConfig) -> Session:
-    """A whole-graph Session for `body` (question, mode, early_exit, dataset, ...), with the
-    early-exit hook when the request or the config asks for it."""
+def new_session(request: web.Request, cfg: TopologyConfig, question: str, mode: str,
+                early_exit: bool | None = None, session_id: str | None = None,
+                slot_orders: dict | None = None, question_id: str | int | None = None,
+                dataset: str | None = None, task: str | None = None) -> Session:
+    """A whole-graph Session, with the early-exit hook when the request (`early_exit`) or the
+    config asks for it. `dataset` (and BBH's `task`) pick the answer extractor majority vote
+    uses."""
     hook = None
-    dataset, task = _dataset(body)
-    early_exit = bool(body.get("early_exit", cfg.early_exit.enabled))
+    early_exit = cfg.early_exit.enabled if early_exit is None else early_exit
     if early_exit or cfg.aggregator_bypass.enabled:
         factory = request.app[HOOK]
         if factory is None:
@@ -100,10 +90,10 @@ def new_session(request: web.Request, body: dict, cfg: TopologyConfig) -> Sessio
     return Session(
         request.app[CTX],
         cfg,
-        question_of(body),
-        mode_of(body),
-        body.get("session_id"),
-        slot_orders=body.get("slot_orders"),
+        question,
+        mode,
+        session_id,
+        slot_orders=slot_orders,
         on_completion=hook,
-        question_id=_question_id(body),
+        question_id=None if question_id is None else str(question_id),
     )

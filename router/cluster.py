@@ -39,6 +39,16 @@ class _Tolerant(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+class ProcessInfo(_Tolerant):
+    """A process the launcher started, so the router can tell a user which one died and where
+    its log is (and notice an exit without waiting for a timeout)."""
+
+    name: str
+    pid: int | None = None
+    start_ticks: int | None = None  # with the pid, names the process for good (pids are reused)
+    log: str | None = None
+
+
 class ModelDeployment(_Tolerant):
     """One model's PD deployment: a native sglang-router in front of prefill and decode workers."""
 
@@ -53,6 +63,8 @@ class ModelDeployment(_Tolerant):
     prefill_dp_size: int = Field(default=1, ge=1)
     # The launcher sets it when the workers run with --enable-priority-scheduling.
     priority_scheduling: bool = False
+    # By URL (a worker's or the native router's): what the launcher knows of its process.
+    processes: dict[str, ProcessInfo] = {}
 
     @model_validator(mode="after")
     def _ports_match(self) -> ModelDeployment:

@@ -30,10 +30,10 @@ class ConfigError(ValueError):
 def resolve_config_path(name_or_path: str | Path) -> Path:
     """A path as given, or a bare name looked up as cfgs/NAME.json."""
     p = Path(name_or_path)
-    if p.exists():
+    if _is_file(p):
         return p
     by_name = CFGS_DIR / f"{name_or_path}.json"
-    if by_name.exists():
+    if _is_file(by_name):
         return by_name
     known = sorted(f.stem for f in CFGS_DIR.glob("*.json"))
     hint = difflib.get_close_matches(str(name_or_path), known, n=1)
@@ -43,6 +43,13 @@ def resolve_config_path(name_or_path: str | Path) -> Path:
         "no such config file or name"
         + (f"; did you mean '{hint[0]}'?" if hint else f"; shipped configs: {', '.join(known)}"),
     )
+
+
+def _is_file(p: Path) -> bool:
+    try:
+        return p.is_file()
+    except (OSError, ValueError):  # a name too long for a path, or with a NUL byte
+        return False
 
 
 def load_config(name_or_path: str | Path) -> TopologyConfig:

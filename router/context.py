@@ -12,6 +12,7 @@ import aiohttp
 
 from router.cluster import ClusterSpec
 from router.config import TopologyConfig
+from router.health_watch import HealthWatch
 from router.metrics import RouterMetrics
 from router.pd import Deployment
 from router.sglang_client import SGLangClient
@@ -33,6 +34,8 @@ class RouterContext:
     ) -> None:
         self.cluster = cluster
         self.timeouts = cluster.timeouts
+        # Probed by server.py's background task; sessions consult it and listen to it.
+        self.health = HealthWatch(cluster)
         self.client = SGLangClient(session, cluster.timeouts.connect_s, cluster.timeouts.read_s)
         rng = random.Random(seed)
         self.deployments = {
@@ -63,6 +66,8 @@ class RouterContext:
         return self.tokenizers.get(self.cluster.models[model].tokenizer_path)
 
     def check_served(self, cfg: TopologyConfig) -> None:
+        """A clear error for a config this deployment cannot run (now): a model it does not
+        serve (ConfigNotServed), or one whose worker is down (WorkerDown)."""
         missing = sorted({a.model for a in cfg.agents} - set(self.cluster.models))
         if missing:
             raise ConfigNotServed(
@@ -70,3 +75,4 @@ class RouterContext:
                 f"not serve (served: {', '.join(sorted(self.cluster.models))}); start them with "
                 "`moa-pd up` or fix the config"
             )
+        self.health.check({a.model for a in cfg.agents})

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -108,13 +109,26 @@ class Session:
         return self.tasks[agent_id]
 
     async def run_all(self) -> QuestionResult:
-        """Run every agent; return the final agent's answer and the trace."""
+        """Run every agent; return the final agent's answer and the trace. A process of one of
+        its models going down fails the question at once (never a result from a half-dead
+        deployment)."""
+        models = {a.model for a in self.cfg.agents}
+        started = time.monotonic()
+
+        def on_down(endpoint) -> None:
+            if endpoint.model in models:
+                self._fail(endpoint.describe())
+
+        unwatch = self.ctx.health.watch(on_down)
         try:
             for a in self.cfg.agents:
                 self.start_agent(a.id)
             await asyncio.wait(self.tasks.values())
         finally:
+            unwatch()
             await self.close()
+        if self.failure is None and (down := self.ctx.health.down_since(models, started)):
+            self._fail("; ".join(e.describe() for e in down))
         for t in self.tasks.values():
             # `_run` handles its own failures: an exception here is a bug; retrieve and report it.
             if not t.cancelled() and (e := t.exception()) is not None:

@@ -18,17 +18,17 @@ from router.api_request import (
     STORE,
     BadRequest,
     config_of,
-    mode_of,
     new_session,
-    question_of,
-    read_body,
+    read_request,
 )
-from router.chat_api import chat_completions
+from router.api_schema import MoaAgentRequest, MoaRunRequest
+from router.chat_api import chat_completions, completions, list_models
 from router.cluster import ClusterSpec
 from router.config import TopologyConfig
 from router.config_loader import ConfigError
 from router.context import ConfigNotServed, RouterContext
 from router.early_exit_hook import EarlyExitHooks
+from router.health_watch import WorkerDown
 from router.orchestrator import AgentFailed, CompletionHook, Session, UnknownAgent
 from router.sessions import SessionConflict, SessionStore
 from sglang_ext import protocol as P
@@ -40,12 +40,14 @@ def make_app(
     cluster: ClusterSpec,
     configs: dict[str, TopologyConfig],
     early_exit_hook: Callable[[TopologyConfig], CompletionHook] | None = None,
+    client_max_size: int = 4 * 1024**2,
 ) -> web.Application:
     """`configs` are served by name; requests may also name a cfgs/ file or pass one inline.
     `early_exit_hook(cfg)` builds the per-question completion hook used when a request asks for
     early exit or its config for aggregator bypass; by default `EarlyExitHooks()`, whose
-    embedding model loads on the first question that needs it."""
-    app = web.Application(middlewares=[_errors])
+    embedding model loads on the first question that needs it. A body over `client_max_size`
+    bytes is a 413."""
+    app = web.Application(middlewares=[_errors], client_max_size=client_max_size)
     app[CONFIGS] = dict(configs)
     app[HOOK] = early_exit_hook if early_exit_hook is not None else EarlyExitHooks()
 
@@ -56,7 +58,10 @@ def make_app(
                 await asyncio.to_thread(ctx.tokenizer, model)
             app[CTX] = ctx
             app[STORE] = SessionStore(ctx)
+            watch = asyncio.create_task(ctx.health.run(), name="health-watch")
             yield
+            watch.cancel()
+            await asyncio.wait([watch])
             await app[STORE].close()
             if isinstance(app[HOOK], EarlyExitHooks):
                 app[HOOK].close()
@@ -67,6 +72,8 @@ def make_app(
     app.router.add_post("/v1/moa/run", run_graph)
     app.router.add_post("/v1/moa/agent", run_agent)
     app.router.add_post("/v1/chat/completions", chat_completions)
+    app.router.add_post("/v1/completions", completions)
+    app.router.add_get("/v1/models", list_models)
     return app
 
 
@@ -79,8 +86,13 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
         resp = _error(400, str(e))
     except AgentFailed as e:
         resp = _error(502, str(e))
-    except web.HTTPException:
-        raise
+    except WorkerDown as e:
+        resp = _error(503, str(e))
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        # aiohttp's own errors (404 unknown route, 405, 413 body too large) as JSON too.
+        resp = _error(e.status, _http_message(request, e))
     except Exception as e:  # a bug still answers JSON, and is logged
         log.exception("%s failed", request.path)
         resp = _error(500, f"internal error: {type(e).__name__}: {e}")
@@ -88,14 +100,29 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
     return resp
 
 
+def _http_message(request: web.Request, e: web.HTTPException) -> str:
+    if e.status == 404:
+        return (f"no route {request.method} {request.path}; routes: POST /v1/chat/completions, "
+                "POST /v1/completions, GET /v1/models, POST /v1/moa/run, POST /v1/moa/agent, "
+                "GET /health, GET /metrics")
+    if e.status == 413:
+        return f"the body is too large: {e.text}"
+    return f"{request.method} {request.path}: {e.reason}"
+
+
 def _error(status: int, message: str) -> web.Response:
     return web.json_response(P.error_body(message, status), status=status)
 
 
 async def health(request: web.Request) -> web.Response:
+    """200 while every process of the deployment answers; 503 "degraded" naming the ones that
+    are down (and their log files) once one is not."""
     ctx = request.app[CTX]
+    down = ctx.health.status()
     return web.json_response(
-        {"status": "ok", "models": sorted(ctx.cluster.models), "sessions": len(request.app[STORE])}
+        {"status": "degraded" if down else "ok", "models": sorted(ctx.cluster.models),
+         "sessions": len(request.app[STORE]), "down": down},
+        status=503 if down else 200,
     )
 
 
@@ -110,9 +137,11 @@ async def run_graph(request: web.Request) -> web.Response:
     """{question, config, mode?, early_exit?, question_id?, dataset?, task?, slot_orders?} →
     {answer, final_agent, trace, early_exit, started_at}; `question_id` keys the early-exit
     draws (else the question text); `dataset` picks the answer extractor majority vote uses."""
-    body = await read_body(request)
-    cfg = config_of(request, body.get("config"))
-    session = new_session(request, body, cfg)
+    body = await read_request(request, MoaRunRequest)
+    cfg = config_of(request, body.config)
+    session = new_session(request, cfg, body.question, body.mode, body.early_exit,
+                          body.session_id, body.slot_orders, body.question_id, body.dataset,
+                          body.task)
     try:
         result = await session.run_all()
     except AgentFailed as e:
@@ -145,18 +174,16 @@ async def run_graph(request: web.Request) -> web.Response:
 async def run_agent(request: web.Request) -> web.StreamResponse:
     """{session_id, config, question, mode?, agent, stream?}: run one agent of a question; SSE
     events {agent, output_ids (new), logprobs (new), text}, then one with its trace."""
-    body = await read_body(request)
-    cfg = config_of(request, body.get("config"))
-    sid, agent_id = body.get("session_id"), body.get("agent")
-    if not isinstance(sid, str) or not isinstance(agent_id, str):
-        raise BadRequest("'session_id' and 'agent' must be strings")
+    body = await read_request(request, MoaAgentRequest)
+    cfg = config_of(request, body.config)
+    sid, agent_id = body.session_id, body.agent
     store = request.app[STORE]
-    session = store.enter(sid, cfg, question_of(body), mode_of(body))
+    session = store.enter(sid, cfg, body.question, body.mode)
     session.followers[agent_id] += 1
     try:
         try:
             task = session.start_agent(agent_id)
-            if not body.get("stream", True):
+            if not body.stream:
                 await asyncio.wait([task])
                 return _agent_reply(session, agent_id)
             return await _agent_stream(request, session, agent_id, task)

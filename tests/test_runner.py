@@ -31,7 +31,11 @@ def fake_router(calls: list[dict], fail_ids: set[str] = frozenset()) -> web.Appl
         calls.append({"flush": True})
         return web.json_response({})
 
+    async def health(request: web.Request) -> web.Response:
+        return web.json_response({"status": "ok"})
+
     app = web.Application()
+    app.router.add_get("/health", health)
     app.router.add_post("/v1/moa/run", run)
     app.router.add_post("/flush_cache", flush)
     return app

@@ -1,0 +1,135 @@
+"""Faults on a real deployment (SmolLM2 PD workers, sglang-router, shell router on loopback),
+driven through `moa-pd run` as a user would: kill -9 of the decode worker, the prefill worker
+and the shell router during a run (the run stops within seconds naming what died, exits 1, and
+`--resume` on a fresh deployment completes with every (sample, setting) counted once).
+
+The topology is tree_3_1_cpu with 6-token agents, as a user's own config file under another
+name, so the runner must ask the shell router for it by its `name`."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from experiments.results import read_results
+from launch.cli import main
+from launch.commands import make_stack
+from launch.procs import start, wait_healthy
+from launch.stack import Stack
+
+ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def tiny_config(tmp_path_factory) -> str:
+    raw = json.loads((ROOT / "cfgs" / "tree_3_1_cpu.json").read_text())
+    raw["name"] = "tree_3_1_tiny"
+    raw["sampling"]["max_new_tokens"] = 6
+    for agent in raw["agents"]:
+        agent.pop("sampling", None)
+    path = tmp_path_factory.mktemp("cfg") / "my_tiny_tree.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+def _up(config: str, run_dir: Path) -> Stack:
+    """A deployment of `config`; `with` brings it up and down."""
+    return make_stack([config], "torch", run_dir, "127.0.0.1")
+
+
+def _proc(stack: Stack, suffix: str):
+    return next(p for p in stack.procs if p.spec.name.endswith(suffix))
+
+
+class _Run:
+    """`moa-pd run` in a thread (as the CLI runs it), against a running deployment."""
+
+    def __init__(self, config: str, stack: Stack, out: Path, *extra: str) -> None:
+        self.out = out
+        self.argv = ["run", "--config", config, "--dataset", "gsm8k", "--num-samples", "2",
+                     "--settings", "2,3", "--out", str(out), "--cluster",
+                     str(stack.cluster_path), *extra]
+        self.code: int | None = None
+        self.thread = threading.Thread(target=self._main, daemon=True)
+        self.thread.start()
+
+    def _main(self) -> None:
+        self.code = main(self.argv)
+
+    def rows(self) -> int:
+        path = self.out / "results.jsonl"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    def wait_rows(self, n: int, timeout: float = 90.0) -> None:
+        deadline = time.monotonic() + timeout
+        while self.rows() < n:
+            assert self.thread.is_alive(), f"the run ended before {n} rows (code {self.code})"
+            assert time.monotonic() < deadline, f"fewer than {n} rows after {timeout} s"
+            time.sleep(0.05)
+
+    def join(self, timeout: float) -> int:
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"the run did not end within {timeout} s"
+        return self.code
+
+
+def _kill_during_run(config: str, stack: Stack, out: Path, victim, capfd) -> str:
+    """Start a run, kill -9 `victim` once the first row is written; the run must end with
+    exit code 1 within 10 s. Returns what it printed."""
+    run = _Run(config, stack, out)
+    run.wait_rows(1)
+    os.kill(victim.pid, signal.SIGKILL)
+    t0 = time.monotonic()
+    assert run.join(30) == 1
+    assert time.monotonic() - t0 < 10
+    err = capfd.readouterr().err
+    assert "--resume" in err
+    # What was recorded before the kill is a result; nothing after it is.
+    rows = read_results(out / "results.jsonl")
+    assert rows[0].ok and len(rows) < 4
+    return err
+
+
+def _resume(config: str, stack: Stack, out: Path) -> None:
+    """--resume completes the run: every (sample, setting) once, none failed."""
+    assert _Run(config, stack, out, "--resume").join(120) == 0
+    rows = read_results(out / "results.jsonl")
+    assert sorted(r.key for r in rows) == sorted({r.key for r in rows}) and len(rows) == 4
+    assert all(r.ok for r in rows)
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(s["setting"], s["n"], s["errors"]) for s in summary["settings"]] == [
+        (2, 2, 0), (3, 2, 0)]
+
+
+def test_kill_9_of_each_process_fails_fast_and_resume_completes(tiny_config, tmp_path, capfd,
+                                                                 monkeypatch):
+    monkeypatch.setenv("COLUMNS", "10000")  # rich must not wrap the messages checked here
+    # 1. The decode worker dies: the run stops naming it and its log.
+    with _up(tiny_config, tmp_path / "dep_a") as a:
+        err = _kill_during_run(tiny_config, a, tmp_path / "r1", _proc(a, ".decode0"), capfd)
+        assert "smollm2 decode0" in err and "smollm2.decode0.log" in err
+    with _up(tiny_config, tmp_path / "dep_b") as b:
+        _resume(tiny_config, b, tmp_path / "r1")
+        # 2. The prefill worker dies.
+        err = _kill_during_run(tiny_config, b, tmp_path / "r2", _proc(b, ".prefill0"), capfd)
+        assert "smollm2 prefill0" in err and "smollm2.prefill0.log" in err
+    with _up(tiny_config, tmp_path / "dep_c") as c:
+        _resume(tiny_config, c, tmp_path / "r2")
+        # 3. The shell router dies: the runner says so; a new shell router serves the resume.
+        shell = _proc(c, "shell_router")
+        err = _kill_during_run(tiny_config, c, tmp_path / "r3", shell, capfd)
+        assert "shell router" in err and "does not answer" in err
+        shell.popen.wait()
+        c.procs.remove(shell)
+        again = start(c.shell_router_spec(), c.run_dir / "logs")
+        c.procs.append(again)
+        wait_healthy([again], 60)
+        _resume(tiny_config, c, tmp_path / "r3")
+
