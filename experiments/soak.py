@@ -1,0 +1,147 @@
+"""Soak test (a script, not a test): bring a deployment up, send N OpenAI chat requests at a
+fixed concurrency through the shell router, sample the RSS of every process it started, and
+report each process's growth after warm-up. A leak shows as RSS that keeps climbing.
+
+    python -m experiments.soak --config tree_3_1_cpu --requests 1000 --concurrency 8 \
+        --max-tokens 8 --out runs/soak
+
+Writes OUT/soak.json (every sample) and prints one line per process: RSS at the end of
+warm-up (the first --warmup-share of requests), at the end, and the growth in %.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+import threading
+import time
+from pathlib import Path
+
+import aiohttp
+
+from experiments.datasets import load_questions
+
+
+def rss_mb(pid: int) -> float | None:
+    """Resident set size of pid in MiB (None once it is gone)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+class RssSampler(threading.Thread):
+    """Samples every process's RSS each `interval_s`, tagged with the requests done so far."""
+
+    def __init__(self, procs: dict[str, int], interval_s: float = 1.0) -> None:
+        super().__init__(daemon=True)
+        self.procs, self.interval_s = procs, interval_s
+        self.done_requests = 0
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        while not self._stop.is_set():
+            self.samples.append({"t": time.monotonic(), "done": self.done_requests,
+                                 "rss_mb": {n: rss_mb(p) for n, p in self.procs.items()}})
+            self._stop.wait(self.interval_s)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.join()
+
+
+async def drive(url: str, model: str, n: int, concurrency: int, max_tokens: int,
+                sampler: RssSampler) -> dict:
+    questions = [q.question for q in load_questions("gsm8k", min(n, 1319))]
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    todo = iter(range(n))
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        for i in todo:
+            body = {"model": model, "max_tokens": max_tokens,
+                    "messages": [{"role": "user", "content": questions[i % len(questions)]}]}
+            t0 = time.perf_counter()
+            try:
+                async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
+                    await resp.read()
+                    if resp.status != 200:
+                        errors[str(resp.status)] = errors.get(str(resp.status), 0) + 1
+            except aiohttp.ClientError as e:
+                errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
+            latencies.append(time.perf_counter() - t0)
+            sampler.done_requests += 1
+
+    timeout = aiohttp.ClientTimeout(total=600)
+    async with aiohttp.ClientSession(timeout=timeout) as session:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(session) for _ in range(concurrency)))
+        wall = time.perf_counter() - t0
+    return {"requests": n, "concurrency": concurrency, "wall_s": wall, "errors": errors,
+            "latency_median_s": statistics.median(latencies),
+            "latency_p99_s": sorted(latencies)[int(0.99 * (len(latencies) - 1))]}
+
+
+def growth(samples: list[dict], warm_done: int) -> dict[str, dict]:
+    """Per process: median RSS over the samples around the end of warm-up and over the last
+    10% of samples, and the growth between them in %."""
+    after = [s for s in samples if s["done"] >= warm_done]
+    head = after[: max(3, len(after) // 10)]
+    tail = after[-max(3, len(after) // 10):]
+    out = {}
+    for name in samples[0]["rss_mb"]:
+        a = [s["rss_mb"][name] for s in head if s["rss_mb"][name] is not None]
+        b = [s["rss_mb"][name] for s in tail if s["rss_mb"][name] is not None]
+        if a and b:
+            start, end = statistics.median(a), statistics.median(b)
+            out[name] = {"warm_mb": round(start, 1), "end_mb": round(end, 1),
+                         "growth_pct": round(100 * (end - start) / start, 2),
+                         "max_mb": round(max(b + a), 1)}
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from launch.commands import make_stack
+    from router.config_loader import load_config, resolve_config_path
+
+    ap = argparse.ArgumentParser(prog="python -m experiments.soak", description=__doc__)
+    ap.add_argument("--config", default="tree_3_1_cpu")
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--max-tokens", type=int, default=8, help="per agent (a copy of the config "
+                    "with every agent capped at this, so the soak measures requests, not "
+                    "decoding)")
+    ap.add_argument("--warmup-share", type=float, default=0.1)
+    ap.add_argument("--out", default="runs/soak")
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = load_config(args.config)
+    raw = json.loads(resolve_config_path(args.config).read_text(encoding="utf-8"))
+    for agent in raw["agents"]:
+        agent.setdefault("sampling", {})["max_new_tokens"] = args.max_tokens
+    config_path = out / f"{cfg.name}.json"
+    config_path.write_text(json.dumps(raw, indent=2))
+    with make_stack([str(config_path)], "torch", out / "deployment", "127.0.0.1") as stack:
+        sampler = RssSampler({p.spec.name: p.pid for p in stack.procs})
+        sampler.start()
+        try:
+            report = asyncio.run(drive(stack.cluster()["shell_router_url"], cfg.name,
+                                       args.requests, args.concurrency, args.max_tokens,
+                                       sampler))
+        finally:
+            sampler.stop()
+    report["rss"] = growth(sampler.samples, int(args.warmup_share * args.requests))
+    (out / "soak.json").write_text(json.dumps({**report, "samples": sampler.samples}, indent=1))
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
