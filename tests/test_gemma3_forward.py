@@ -1,15 +1,16 @@
 """Gemma-3-270M (the mixed-family configs' second model) in CausalLM against transformers.
 
 The first run converts the packaged GGUF once (~1-2 min on 2 cores, cached under
-~/.cache/moa-pd). The sliding-window masks are checked at 1e-4 on tiny_models' Gemma3 (a window
-of 8 tokens) in test_model_forward.py.
+~/.cache/moa-pd). A 640-token prompt crosses Gemma's 512-token sliding window; chunked prefill
+through the window is checked at 1e-4 on tiny_models' Gemma3 (an 8-token window) in
+test_model_forward.py.
 """
 
 from __future__ import annotations
 
 import pytest
 import torch
-from test_model_forward import SlotPool, chat_ids
+from test_model_forward import TOL, SlotPool, chat_ids, hf_logits
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sglang_ext.engine.forward_batch import ForwardBatch
@@ -42,6 +43,24 @@ def test_gemma3_config_and_chat_template(gemma3):
         tokenize=False,
     )
     assert text == "<bos><start_of_turn>user\nBe brief.\n\nhi<end_of_turn>\n<start_of_turn>model\n"
+
+
+def test_gemma3_logits_match_transformers_past_the_window(gemma3):
+    ours, ref, tokenizer = gemma3
+    question = "List the prime numbers below one hundred and explain how you found them. " * 45
+    ids = chat_ids(tokenizer, question)
+    assert len(ids) > 600  # past the 512-token window: the local layers' masks cut in
+    expected = hf_logits(ref, ids)
+    kv = make_kv_buffer(ours.config, 1024, torch.float32)
+    slots = SlotPool(1024).take(len(ids))
+    # The lm_head's oneDNN packing alone moves logits by up to ~1e-4 (linear.py); without it the
+    # forward is compared on its own.
+    packed, ours.lm_head.packed = ours.lm_head.packed, None
+    try:
+        got = ours(ForwardBatch.build([slots], [ids]), kv, all_logits=True)
+    finally:
+        ours.lm_head.packed = packed
+    assert (got - expected).abs().max() < TOL
 
 
 def test_gemma3_greedy_generation_matches_transformers(gemma3):
