@@ -416,7 +416,7 @@ async def test_http_run_refuses_dmv_on_a_dataset_without_answers(smollm_tokenize
         msg = (await r.json())["message"]
         assert r.status == 400 and "ifbench" in msg and "early_exit.method 'q'" in msg
         r = await client.post("/v1/moa/run", json={**body, "dataset": 7})
-        assert r.status == 400 and "'dataset' must be" in (await r.json())["message"]
+        assert r.status == 400 and "dataset" in (await r.json())["message"]
         r = await client.post("/v1/moa/run", json={**body, "dataset": "gsm8k"})
         assert r.status == 200, await r.text()
     finally:
