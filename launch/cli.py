@@ -89,6 +89,11 @@ def main(argv: list[str] | None = None) -> int:
     args.argv = list(sys.argv[1:] if argv is None else argv)  # for "resume with: ..." hints
     main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGTERM, _sigterm_as_sigint) if main_thread else None
+    if main_thread and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        # A shell without job control starts `cmd &` with SIGINT ignored, and Python keeps that:
+        # SIGTERM's re-raised SIGINT would then be dropped and the run go on. A background job
+        # gets no Ctrl-C from the terminal anyway, so the default handler changes nothing else.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         return args.func(args)
     except ConfigError as e:
