@@ -9,12 +9,14 @@ Checked against transformers' Gemma3ForCausalLM by tests/test_gemma3_forward.py.
 
 from __future__ import annotations
 
+from functools import partial
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from sglang_ext.engine.attention import Attention, AttentionPlan
-from sglang_ext.engine.linear import MergedLinear
+from sglang_ext.engine.linear import GatedMLP
 
 
 class GemmaRMSNorm(nn.Module):
@@ -29,17 +31,6 @@ class GemmaRMSNorm(nn.Module):
         xf = x.float()
         out = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + self.eps)
         return (out * (1.0 + self.weight.float())).type_as(x)
-
-
-class GeluMLP(nn.Module):
-    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
-        super().__init__()
-        self.gate_up_proj = MergedLinear(hidden_size, [intermediate_size] * 2, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.gelu(gate, approximate="tanh") * up)
 
 
 class Gemma3DecoderLayer(nn.Module):
@@ -57,7 +48,8 @@ class Gemma3DecoderLayer(nn.Module):
             scale=cfg.attn_scale,
             sliding=sliding,
         )
-        self.mlp = GeluMLP(cfg.hidden_size, cfg.intermediate_size)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size,
+                            act=partial(F.gelu, approximate="tanh"))
         eps = cfg.rms_norm_eps
         self.input_layernorm = GemmaRMSNorm(cfg.hidden_size, eps)
         self.post_attention_layernorm = GemmaRMSNorm(cfg.hidden_size, eps)

@@ -52,3 +52,18 @@ class MergedLinear(Linear):
     def __init__(self, in_features: int, shard_sizes: list[int], bias: bool) -> None:
         super().__init__(in_features, sum(shard_sizes), bias=bias)
         self.shard_sizes = shard_sizes
+
+
+class GatedMLP(nn.Module):
+    """down(act(gate(x)) * up(x)), gate and up in one matmul: Llama/Qwen3 use SiLU, Gemma3
+    GELU-tanh."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, act=F.silu) -> None:
+        super().__init__()
+        self.act = act
+        self.gate_up_proj = MergedLinear(hidden_size, [intermediate_size] * 2, bias=False)
+        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        return self.down_proj(self.act(gate) * up)

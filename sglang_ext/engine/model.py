@@ -9,13 +9,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from sglang_ext.engine.attention import Attention, AttentionPlan, RotaryEmbedding
 from sglang_ext.engine.forward_batch import ForwardBatch
 from sglang_ext.engine.gemma3 import Gemma3DecoderLayer, GemmaRMSNorm
-from sglang_ext.engine.linear import Linear, MergedLinear
+from sglang_ext.engine.linear import GatedMLP, Linear
 from sglang_ext.engine.weights import load_weights, read_hf_config
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen3", "gemma3_text")
@@ -115,17 +114,6 @@ def _gemma3_fields(hf: dict, rope: dict) -> dict:
     }
 
 
-class MLP(nn.Module):
-    def __init__(self, hidden_size: int, intermediate_size: int) -> None:
-        super().__init__()
-        self.gate_up_proj = MergedLinear(hidden_size, [intermediate_size] * 2, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
-        return self.down_proj(F.silu(gate) * up)
-
-
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -137,7 +125,7 @@ class DecoderLayer(nn.Module):
             cfg.attention_bias,
             qk_norm_eps=cfg.rms_norm_eps if cfg.qk_norm else None,
         )
-        self.mlp = MLP(cfg.hidden_size, cfg.intermediate_size)
+        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         self.post_attention_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
 
