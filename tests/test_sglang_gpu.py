@@ -30,16 +30,56 @@ from sglang_ext.sglang_backend.pair import PDPairSpec, pd_pair_commands
 pytestmark = pytest.mark.gpu
 
 MODEL_ENV = "MOA_PD_GPU_MODEL"
-# The releases this suite was written against: 0.5.11 (warm-ups started being discarded),
-# 0.5.12+ and 0.5.23 (the newest the patch supports).
-VERSIONS = ("0.5.11", "0.5.12", "0.5.23")
+# The releases this suite covers, as (first, last) release: 0.5.11 (the first whose Req.__init__
+# drops fake-host prefills from the radix cache, and the first with SGLang's plugin loader),
+# 0.5.12 to 0.5.22, and 0.5.23 (the newest the patch supports; post releases count as their
+# base). Every GPU test is parametrized over these cases: it runs under the case the installed
+# SGLang belongs to and is skipped, saying how to run them, under the others, so one venv per
+# case covers the list.
+VERSION_CASES = {
+    "0.5.11": ((0, 5, 11), (0, 5, 11)),
+    "0.5.12+": ((0, 5, 12), (0, 5, 22)),
+    "0.5.23": ((0, 5, 23), (0, 5, 23)),
+}
+# What each case's workers must apply (sglang_ext.patch.plan): the same two from 0.5.11 on.
+CASE_PATCHES = ("prefill_only_route", "warmup_radix_insert")
 DETERMINISTIC = ("--attention-backend", "fa3", "--enable-deterministic-inference")
 PREFIX_TOKENS = 1500
 
 
-@pytest.fixture(scope="module")
-def gpus() -> int:
+def version_case(version: str) -> str | None:
+    """The case of VERSION_CASES that `version` belongs to, or None."""
+    from sglang_ext.patch.version import release
+
+    rel = release(version)
+    return next((c for c, (lo, hi) in VERSION_CASES.items() if lo <= rel <= hi), None)
+
+
+def test_version_cases_cover_the_list():
+    assert version_case("0.5.11") == "0.5.11"
+    assert version_case("0.5.12") == version_case("0.5.22") == "0.5.12+"
+    assert version_case("0.5.23") == version_case("0.5.23.post1") == "0.5.23"
+    assert version_case("0.5.10") is None and version_case("0.5.24") is None
+    for case in VERSION_CASES:
+        assert [p.name for p in patch_plan(case.rstrip("+"))] == list(CASE_PATCHES)
+
+
+@pytest.fixture(scope="module", params=list(VERSION_CASES))
+def sglang_case(request) -> str:
+    """The version case under test; skipped unless the installed SGLang belongs to it."""
+    from sglang_ext.patch.version import installed_version
+
     pytest.importorskip("sglang", reason="needs real SGLang: pip install -e '.[sglang]'")
+    version, case = installed_version(), request.param
+    if version_case(version) != case:
+        lo, hi = (".".join(map(str, r)) for r in VERSION_CASES[case])
+        pin = f"sglang=={lo}" if lo == hi else f"'sglang>={lo},<={hi}'"
+        pytest.skip(f"the installed SGLang is {version}; this case runs in a venv with {pin}")
+    return case
+
+
+@pytest.fixture(scope="module")
+def gpus(sglang_case) -> int:
     torch = pytest.importorskip("torch")
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)")
@@ -86,13 +126,12 @@ def pair(gpus, model_dir, tmp_path_factory):
             stop_group(proc.pid)
 
 
-def test_installed_version_is_supported_and_covered(gpus):
-    from sglang_ext.patch.version import installed_version, release
+def test_installed_version_is_supported_with_its_cases_patches(sglang_case, gpus):
+    from sglang_ext.patch.version import installed_version
 
     version = installed_version()
     check_version(version)
-    assert any(release(version) >= release(v) for v in VERSIONS)
-    assert [p.name for p in patch_plan(version)]
+    assert [p.name for p in patch_plan(version)] == list(CASE_PATCHES), sglang_case
 
 
 def test_patch_applied_in_every_worker(pair):
