@@ -1,11 +1,14 @@
 """`moa-pd microbench`: Fig. 4(iii), second-layer aggregator latency on random-token prompts for
 incremental prefill vs plain PD vs two data-parallel replicas (± chunked prefill). Brings up its
-own CPU deployment, writes D/microbench.jsonl and fig_microbench.png. Called by `moa-pd`."""
+own deployment (the reference engine, or real SGLang with --backend sglang: on GPUs, or on
+SGLang's CPU path without one), writes D/microbench.jsonl and fig_microbench.png. Called by
+`moa-pd`."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib.util
 import json
 import random
 import statistics
@@ -180,7 +183,7 @@ async def run_prompts(dep, prompts: list[list[int]], variants: list[str], output
     timeout = aiohttp.ClientTimeout(total=1800)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         # First requests on a fresh worker pay one-off costs (allocator, lazy init): not measured.
-        for url in [dep.router_url, *dep.dp_urls, *dep.dp_chunked_urls]:
+        for url in dep.urls:
             await stream_generate(session, url, generate_body(prompts[0][:8], 2))
         with tqdm(total=len(prompts) * len(variants), desc="microbench", unit="req") as bar:
             for i, prompt in enumerate(prompts):
@@ -207,6 +210,33 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-path", default="smollm2-135m")
     p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--backend", choices=["torch", "sglang"], default="torch",
+                   help="the workers: the reference engine (default) or real SGLang (one GPU per "
+                        "worker, or SGLang's CPU path where there is no GPU; run from a venv "
+                        "with sglang, e.g. .venv-sglang)")
+    p.add_argument("--variants", type=parse_variants, default=None,
+                   help=f"comma-separated, from {','.join(VARIANTS)}; must include pd (the "
+                        "baseline). Default: all for torch; incremental,pd for sglang without a "
+                        "GPU (each SGLang CPU worker holds ≈3.7 GB; dp2 adds two, dp2_chunked "
+                        "two more)")
+
+
+def parse_variants(text: str) -> tuple[str, ...]:
+    names = tuple(v.strip() for v in text.split(",") if v.strip())
+    bad = [v for v in names if v not in VARIANTS]
+    if bad or "pd" not in names:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: name variants from {','.join(VARIANTS)}, including pd (the baseline "
+            "the others are normalized to)")
+    return tuple(v for v in VARIANTS if v in names)
+
+
+def default_variants(backend: str) -> tuple[str, ...]:
+    from launch.gpus import has_nvidia_gpus
+
+    if backend == "sglang" and not has_nvidia_gpus():
+        return ("incremental", "pd")
+    return VARIANTS
 
 
 def main(args: argparse.Namespace) -> int:
@@ -216,12 +246,17 @@ def main(args: argparse.Namespace) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
+    if args.backend == "sglang" and importlib.util.find_spec("sglang") is None:
+        print("error: --backend sglang needs real SGLang in this venv; run .venv-sglang/bin/moa-pd "
+              "(built by `make test-sglang`) or install '.[sglang]' on a GPU node", file=sys.stderr)
+        return 2
+    selected = args.variants or default_variants(args.backend)
     try:
         prompts = sample_prompts(args.num_prompts, args.max_len, vocab_size(args.model_path),
                                  args.seed)
         with Deployment(args.model_path, args.host, args.max_len + args.output_len,
-                        out / "logs") as dep:
-            variants = [v for v in VARIANTS if v != "dp2_chunked" or dep.dp_chunked_urls]
+                        out / "logs", backend=args.backend, variants=selected) as dep:
+            variants = [v for v in selected if v != "dp2_chunked" or dep.dp_chunked_urls]
             with open(out / "microbench.jsonl", "w") as sink:
                 rows = asyncio.run(run_prompts(dep, prompts, variants, args.output_len,
                                                args.warm_chunk, sink))

@@ -1,6 +1,8 @@
-"""The CPU deployments the benchmarks bring up themselves: worker specs, and `Deployment` (a PD pair
-behind the native sglang-router, two null-mode replicas, two more with chunked prefill). Used by
-experiments/microbench.py and experiments/bench_engine.py; everything goes through launch.procs."""
+"""The deployments the benchmarks bring up themselves: worker specs of either backend, and
+`Deployment` (a PD pair behind the native sglang-router, two null-mode replicas, two more with
+chunked prefill). Used by experiments/microbench.py, bench_engine.py and bench_sglang_cpu.py;
+command lines come from launch.worker_cmd (and sglang_backend/cpu.py for SGLang without a GPU),
+as for `moa-pd up`; processes start and stop through launch.procs."""
 
 from __future__ import annotations
 
@@ -11,9 +13,10 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from launch.procs import LaunchError, Proc, ProcSpec, free_port, start, stop_group, wait_healthy
+from launch.procs import LaunchError, Proc, ProcSpec, free_port, start, stop_groups, wait_healthy
 from launch.worker_cmd import router_argv, worker_argv
 from router.config import ModelSpec
+from sglang_ext.sglang_backend import cpu
 
 DP_CHUNK_TOKENS = 256  # --chunked-prefill-size of the dp2_chunked replicas (Sarathi baseline)
 
@@ -38,13 +41,23 @@ def kv_tokens(max_seq_len: int) -> int:
 
 
 def worker_spec(name: str, model_dir: str, role: str, host: str,
-                server_args: dict[str, int | str]) -> ProcSpec:
+                server_args: dict[str, int | str], backend: str = "torch",
+                gpu_id: int | None = None) -> ProcSpec:
+    """One worker of `backend`: "torch" (the reference engine) or "sglang" (real SGLang: on
+    `gpu_id`, or without one on SGLang's CPU path with the flags and environment `moa-pd up
+    --backend sglang` gives it there; those fix its KV pool at cpu.py's size)."""
     port = free_port(host)
     bport = free_port(host) if role == "prefill" else None
-    spec = ModelSpec(model_path=model_dir, server_args={"torch": server_args})
-    argv = worker_argv("torch", model_dir, spec, role, host, port, bport)
-    return ProcSpec(name, argv, f"http://{host}:{port}/health",
-                    env={"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"},
+    env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    sglang_cpu = backend == "sglang" and gpu_id is None
+    if sglang_cpu:
+        server_args = {k: v for k, v in server_args.items() if k != "max_total_tokens"}
+    spec = ModelSpec(model_path=model_dir, server_args={backend: server_args})
+    argv = worker_argv(backend, model_dir, spec, role, host, port, bport, gpu_id=gpu_id)
+    if sglang_cpu:
+        argv += cpu.worker_flags(role)
+        env.update(cpu.worker_env(role))
+    return ProcSpec(name, argv, f"http://{host}:{port}/health", env=env,
                     ports=[port] + ([bport] if bport else []))
 
 
@@ -77,12 +90,19 @@ def wait_generate(url: str, timeout_s: float) -> None:
 
 
 class Deployment:
-    """Everything the microbench compares, on one host; `with Deployment(...) as dep:`."""
+    """The workers the microbench compares, on one host; `with Deployment(...) as dep:`.
+
+    Only what `variants` need is started: the PD pair and its router for "incremental" and "pd",
+    two replicas for "dp2", two more with chunked prefill for "dp2_chunked". backend "sglang"
+    runs real SGLang, on one GPU per worker where nvidia-smi is found, else on SGLang's CPU path
+    (≈3.7 GB per worker, so pick few variants there)."""
 
     def __init__(self, model_path: str, host: str, max_seq_len: int, log_dir: Path,
-                 startup_timeout_s: float = 900.0):
+                 startup_timeout_s: float = 900.0, backend: str = "torch",
+                 variants: tuple[str, ...] = ("incremental", "pd", "dp2", "dp2_chunked")):
         self.model_dir = resolve(model_path)
         self.host, self.log_dir, self.timeout = host, Path(log_dir), startup_timeout_s
+        self.backend, self.variants = backend, tuple(variants)
         self.args = {"max_total_tokens": kv_tokens(max_seq_len),
                      "context_length": max(2048, max_seq_len + 64)}
         self.procs: list[Proc] = []
@@ -94,39 +114,58 @@ class Deployment:
     @property
     def cache_urls(self) -> list[str]:
         """Workers with a radix cache (a PD decode worker keeps none, as in SGLang)."""
-        return [self.prefill_url, *self.dp_urls, *self.dp_chunked_urls]
+        return [u for u in (self.prefill_url, *self.dp_urls, *self.dp_chunked_urls) if u]
+
+    @property
+    def urls(self) -> list[str]:
+        """Where requests go: the PD router and the replicas that were started."""
+        return [u for u in (self.router_url, *self.dp_urls, *self.dp_chunked_urls) if u]
+
+    def _gpu_ids(self, n: int) -> list[int | None]:
+        """One GPU per worker for SGLang where there are GPUs; None: the CPU (either engine)."""
+        from launch.gpus import assign_gpus, free_memory_by_gpu, has_nvidia_gpus
+
+        if self.backend == "sglang" and has_nvidia_gpus():
+            return list(assign_gpus(n, free_memory_by_gpu()))
+        return [None] * n
 
     def up(self) -> None:
-        h, a = self.host, self.args
-        prefill = worker_spec("pd.prefill", self.model_dir, "prefill", h, a)
-        decode = worker_spec("pd.decode", self.model_dir, "decode", h, a)
-        dp = [worker_spec(f"dp{i}", self.model_dir, "null", h, a) for i in range(2)]
-        chunked_args = {**a, "chunked_prefill_size": DP_CHUNK_TOKENS}
-        dpc = [worker_spec(f"dp_chunked{i}", self.model_dir, "null", h, chunked_args)
-               for i in range(2)]
-        # All six load their weights at once; the chunked pair is waited for on its own, so an
-        # engine without chunked prefill skips that variant instead of failing the run.
-        core = [start(s, self.log_dir) for s in (prefill, decode, *dp)]
-        chunked = [start(s, self.log_dir) for s in dpc]
-        self.procs += core + chunked
-        wait_healthy(core, self.timeout)
-        try:
-            wait_healthy(chunked, self.timeout)
-            self.dp_chunked_urls = [base_url(s) for s in dpc]
-        except LaunchError as e:
-            self.skipped["dp2_chunked"] = (f"--chunked-prefill-size {DP_CHUNK_TOKENS} replicas "
-                                           f"did not start: {e}")
-            print(f"dp2_chunked skipped: {self.skipped['dp2_chunked']}", file=sys.stderr)
-        router = start(router_spec(prefill, decode, h), self.log_dir)
-        self.procs.append(router)
-        wait_healthy([router], self.timeout)
-        self.prefill_url, self.router_url = base_url(prefill), base_url(router.spec)
-        self.dp_urls = [base_url(s) for s in dp]
-        wait_generate(self.router_url, self.timeout)
+        h, a, v = self.host, self.args, self.variants
+        groups: dict[str, list[tuple[str, str, dict]]] = {}  # group -> (name, role, args)
+        if {"incremental", "pd"} & set(v):
+            groups["pd"] = [("pd.prefill", "prefill", a), ("pd.decode", "decode", a)]
+        if "dp2" in v:
+            groups["dp"] = [(f"dp{i}", "null", a) for i in range(2)]
+        if "dp2_chunked" in v:
+            chunked_args = {**a, "chunked_prefill_size": DP_CHUNK_TOKENS}
+            groups["chunked"] = [(f"dp_chunked{i}", "null", chunked_args) for i in range(2)]
+        gpus = iter(self._gpu_ids(sum(map(len, groups.values()))))
+        specs = {g: [worker_spec(name, self.model_dir, role, h, args, self.backend, next(gpus))
+                     for name, role, args in rows] for g, rows in groups.items()}
+        # All workers load their weights at once; the chunked pair is waited for on its own, so
+        # an engine without chunked prefill skips that variant instead of failing the run.
+        started = {g: [start(s, self.log_dir) for s in group] for g, group in specs.items()}
+        self.procs += [p for group in started.values() for p in group]
+        wait_healthy(started.get("pd", []) + started.get("dp", []), self.timeout)
+        if "chunked" in started:
+            try:
+                wait_healthy(started["chunked"], self.timeout)
+                self.dp_chunked_urls = [base_url(s) for s in specs["chunked"]]
+            except LaunchError as e:
+                self.skipped["dp2_chunked"] = (f"--chunked-prefill-size {DP_CHUNK_TOKENS} "
+                                               f"replicas did not start: {e}")
+                print(f"dp2_chunked skipped: {self.skipped['dp2_chunked']}", file=sys.stderr)
+        self.dp_urls = [base_url(s) for s in specs.get("dp", [])]
+        if "pd" in specs:
+            prefill, decode = specs["pd"]
+            router = start(router_spec(prefill, decode, h), self.log_dir)
+            self.procs.append(router)
+            wait_healthy([router], self.timeout)
+            self.prefill_url, self.router_url = base_url(prefill), base_url(router.spec)
+            wait_generate(self.router_url, self.timeout)
 
     def down(self) -> None:
-        for p in reversed(self.procs):
-            stop_group(p.pid)
+        stop_groups([p.pid for p in reversed(self.procs)])
         self.procs.clear()
 
     def __enter__(self) -> Deployment:  # noqa: PYI034 - final in practice

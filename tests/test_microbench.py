@@ -72,3 +72,33 @@ def test_command_is_registered_with_cpu_defaults():
     mb.add_arguments(p)
     args = p.parse_args(["--out", "x"])
     assert (args.num_prompts, args.output_len, args.max_len) == (12, 32, 1024)
+
+
+def test_variants_must_be_known_and_include_the_pd_baseline():
+    assert mb.parse_variants("pd,incremental") == ("incremental", "pd")  # in VARIANTS order
+    for bad in ("incremental", "pd,dp3", ""):
+        with pytest.raises(argparse.ArgumentTypeError, match="including pd"):
+            mb.parse_variants(bad)
+    p = argparse.ArgumentParser()
+    mb.add_arguments(p)
+    args = p.parse_args(["--out", "x", "--backend", "sglang", "--variants", "incremental,pd"])
+    assert args.backend == "sglang" and args.variants == ("incremental", "pd")
+
+
+def test_sglang_workers_get_the_cpu_path_of_moa_pd_up_or_a_gpu(tmp_path):
+    from experiments.microbench_deploy import worker_spec
+    from sglang_ext.sglang_backend import cpu
+
+    args = {"max_total_tokens": 2304, "context_length": 2048}
+    spec = worker_spec("pd.decode", str(tmp_path), "decode", "127.0.0.1", args, "sglang")
+    argv = spec.argv
+    assert argv[argv.index("--backend") + 1] == "sglang"
+    assert argv[-len(cpu.worker_flags("decode")):] == cpu.worker_flags("decode")
+    assert argv.count("--max-total-tokens") == 1  # the CPU path's own pool size only
+    assert spec.env["SGLANG_USE_CPU_ENGINE"] == "1"
+    on_gpu = worker_spec("pd.prefill", str(tmp_path), "prefill", "127.0.0.1", args, "sglang", 3)
+    assert on_gpu.argv[on_gpu.argv.index("--base-gpu-id") + 1] == "3"
+    assert "--device" not in on_gpu.argv and "SGLANG_USE_CPU_ENGINE" not in on_gpu.env
+    ref = worker_spec("dp0", str(tmp_path), "null", "127.0.0.1", args)
+    assert ref.argv[ref.argv.index("--max-total-tokens") + 1] == "2304"
+    assert "--device" not in ref.argv
