@@ -149,20 +149,37 @@ class FlushFailed(RuntimeError):
     """A worker did not empty its prefix cache: the next measurement would not be cold."""
 
 
-async def flush_worker_caches(client: RouterClient, cluster: dict) -> None:
+# SGLang answers /flush_cache with 400 while a request is still live, and a PD worker keeps one
+# until its KV transfer is acknowledged (real SGLang: right after start-up, its router's first
+# request): such a refusal is retried for up to this long.
+FLUSH_RETRY_S = 30.0
+
+
+async def _flush_one(client: RouterClient, url: str, retry_s: float) -> str | None:
+    """None once url's cache is empty, else why not."""
+    deadline = time.monotonic() + retry_s
+    while True:
+        try:
+            status = await client.post_json(f"{url}/flush_cache", {})
+        except (aiohttp.ClientError, TimeoutError) as e:
+            return f"{url} ({type(e).__name__}: {e})"
+        if status == 200:
+            return None
+        if status != 400 or time.monotonic() > deadline:
+            return f"{url} (HTTP {status})"
+        await asyncio.sleep(0.2)
+
+
+async def flush_worker_caches(client: RouterClient, cluster: dict,
+                              retry_s: float = FLUSH_RETRY_S) -> None:
     """Empty every worker's prefix cache so no setting profits from the one before it (and a
     wrong warm-up KV cannot hide behind another run's fresh computation); raise FlushFailed
     naming the workers that did not."""
     failed = []
     for model in cluster["models"].values():
         for url in model["prefill_urls"] + model["decode_urls"]:
-            try:
-                status = await client.post_json(f"{url}/flush_cache", {})
-            except (aiohttp.ClientError, TimeoutError) as e:
-                failed.append(f"{url} ({type(e).__name__}: {e})")
-                continue
-            if status != 200:
-                failed.append(f"{url} (HTTP {status})")
+            if (why := await _flush_one(client, url, retry_s)) is not None:
+                failed.append(why)
     if failed:
         raise FlushFailed("flush_cache failed on " + ", ".join(failed)
                           + "; a sample measured on a warm cache would not be comparable")

@@ -255,3 +255,31 @@ def test_single_model_config_keeps_the_prompt_and_the_answer_sampling():
     assert single.template_of("single") == cfg.template_of("leaf_0_0")
     assert single.sampling_of("single") == cfg.sampling_of(cfg.final)
     assert not single.early_exit.enabled and single.final == "single"
+
+
+class _FlushClient:
+    """Answers /flush_cache with the given statuses in turn (then the last one forever)."""
+
+    def __init__(self, statuses: list[int]):
+        self.statuses, self.calls = statuses, 0
+
+    async def post_json(self, url: str, body: dict) -> int:
+        self.calls += 1
+        return self.statuses[min(self.calls, len(self.statuses)) - 1]
+
+
+CLUSTER = {"models": {"m": {"prefill_urls": ["http://p"], "decode_urls": []}}}
+
+
+async def test_flush_retries_while_sglang_still_holds_a_request():
+    from experiments.run import FlushFailed, flush_worker_caches
+
+    client = _FlushClient([400, 400, 200])  # SGLang: 400 while a request is live
+    await flush_worker_caches(client, CLUSTER, retry_s=5)
+    assert client.calls == 3
+    with pytest.raises(FlushFailed, match=r"http://p \(HTTP 400\)"):
+        await flush_worker_caches(_FlushClient([400]), CLUSTER, retry_s=0.3)
+    other = _FlushClient([404])
+    with pytest.raises(FlushFailed, match="HTTP 404"):
+        await flush_worker_caches(other, CLUSTER, retry_s=5)
+    assert other.calls == 1  # only a busy worker's refusal is retried
