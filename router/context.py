@@ -48,6 +48,7 @@ class RouterContext:
                 random.Random(rng.random()),
                 (P.PRIORITY_CRITICAL, P.PRIORITY_WARMUP) if cluster.sends_priority(name) else None,
                 gate=cluster.warmup_gate,
+                is_down=self.health.is_down,
             )
             for name, spec in cluster.models.items()
         }

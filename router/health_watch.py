@@ -55,8 +55,12 @@ def _start_ticks(pid: int) -> int | None:
 @dataclass
 class HealthWatch:
     cluster: ClusterSpec
-    interval_s: float = 1.0
-    timeout_s: float = 3.0
+    # A hung worker is called down after `hung_misses` probes in a row time out: at most
+    # interval + misses × (timeout + interval) ≈ 6.5 s, leaving its requests time to fail within
+    # issue 13's 10 s on a loaded machine. A busy reference engine still answers /health at once
+    # (the HTTP loop does not wait for a forward), so 2.5 s is not a false alarm under load.
+    interval_s: float = 0.5
+    timeout_s: float = 2.5
     # A refused connection or an exited pid is down at once; a timeout (hung) after this many.
     hung_misses: int = 2
     endpoints: list[Endpoint] = field(default_factory=list)
@@ -76,6 +80,9 @@ class HealthWatch:
     # --- queries ---------------------------------------------------------------------------------
     def down(self, models: set[str] | None = None) -> list[Endpoint]:
         return [e for e in self.endpoints if e.down and (models is None or e.model in models)]
+
+    def is_down(self, url: str) -> bool:
+        return any(e.down and e.url == url.rstrip("/") for e in self.endpoints)
 
     def check(self, models: set[str]) -> None:
         """Raise WorkerDown when a process of one of `models` is down."""

@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
@@ -75,10 +75,13 @@ class Deployment:
         rng: random.Random | None = None,
         priorities: tuple[int, int] | None = None,
         gate: bool = True,
+        is_down: Callable[[str], bool] = lambda url: False,
     ) -> None:
         """`priorities` = (critical, warm-up) values of SGLang's `priority` field, sent only
-        when the workers schedule by priority (else SGLang may refuse the field)."""
+        when the workers schedule by priority (else SGLang may refuse the field). `is_down(url)`:
+        the health watch's verdict on a worker, so that no abort waits on a hung one."""
         self.name, self.spec, self._client, self._t = name, spec, client, timeouts
+        self._is_down = is_down
         self._warmup_verb = warmup_verb
         self._priorities = priorities
         # Without the gate (measurements only) nothing waits: any number of warm-ups in flight.
@@ -226,12 +229,13 @@ class Deployment:
 
     async def abort(self, call: PDCall) -> None:
         call.hold.release()
-        await asyncio.gather(
-            *(self._client.abort(u, call.rid, self._t.abort_s) for u in call.abort_urls)
-        )
+        # A worker known to be down would only hold the failing session for abort_s.
+        await asyncio.gather(*(self._client.abort(u, call.rid, self._t.abort_s)
+                               for u in call.abort_urls if not self._is_down(u)))
 
     async def abort_warmup(self, target: PrefillTarget, rid: str) -> None:
-        await self._client.abort(target.url, rid, self._t.abort_s)
+        if not self._is_down(target.url):
+            await self._client.abort(target.url, rid, self._t.abort_s)
 
 
 async def _releasing(stream: AsyncIterator[dict], held: CriticalHold) -> AsyncIterator[dict]:

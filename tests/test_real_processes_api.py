@@ -110,10 +110,10 @@ def test_sigstop_of_decode_worker_fails_the_question_fast(deployment):
     try:
         asker.join(30)
         took = time.monotonic() - t0
-        # Issue 13 asks for 10 s. A hung (not dead) worker is only called down after two
-        # /health probes time out (3 s each, a second apart) and its question then fails; on
-        # this loaded 2-core machine that took 13 s once, so the bound here is 20 s.
-        assert not asker.is_alive() and took < 20, f"no answer {took:.1f} s after SIGSTOP"
+        # Issue 13 asks for 10 s. A hung (not dead) worker is called down after two /health
+        # probes time out (HealthWatch: ~6.5 s at most), then its question fails.
+        assert not asker.is_alive() and took < 10, f"no answer {took:.1f} s after SIGSTOP"
+        print(f"question failed {took:.1f} s after SIGSTOP")
         assert reply["status"] in (502, 503), reply
         message = json.loads(reply["body"])["error"]["message"]
         assert "decode0" in message and str(Path(decode.log_path).resolve()) in message, message
