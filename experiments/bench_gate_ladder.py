@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.bench_meta import BenchRun, provenance
 from experiments.bench_overlap import log, median_ci
 from experiments.datasets import load_questions
 from experiments.prompts import build_question_prompt
@@ -103,8 +104,7 @@ def report(rows: list[dict], meta: dict) -> str:
     ids = sorted({r["id"] for r in rows})
     lines = [(f"### Warm-up isolation ladder: {meta['config']}, GSM8K {ids[0]}..{ids[-1]} "
               f"({len(ids)} questions, CPU)"), "",
-             (f"Command: `{meta['command']}`; load average before {meta['load_before']}, "
-              f"after {meta['load_after']}."), "",
+             provenance(meta), "",
              "| rung | leaves' first token ÷ #2, median [95% CI] | e2e ÷ #2, median [95% CI] |",
              "|---|---|---|"]
     for rung in RUNGS:
@@ -132,7 +132,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     config = priority_config(args.config, out)
     questions = load_questions("gsm8k", args.offset + args.num_samples)[args.offset:]
-    load_before = os.getloadavg()
+    bench = BenchRun("experiments.bench_gate_ladder")
     stack = make_stack([str(config)], "torch", out / "deploy", "127.0.0.1")
     procs = []
     try:
@@ -144,11 +144,7 @@ def main() -> None:
         for p in procs:
             stop_group(p.pid)
         stack.down()
-    meta = {"config": args.config,
-            "command": f"python -m experiments.bench_gate_ladder --num-samples "
-                       f"{args.num_samples} --offset {args.offset} --out {args.out}",
-            "load_before": " ".join(f"{x:.2f}" for x in load_before),
-            "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    meta = bench.meta(config=args.config)
     text = report(rows, meta)
     print(text)
     (out / "bench_gate_ladder.md").write_text(text)

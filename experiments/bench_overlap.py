@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from experiments.bench_meta import BenchRun, cpu_device, provenance
 from experiments.critical_path import median_breakdown, overlap_gain
 from experiments.datasets import Question, load_questions
 from experiments.prompts import build_question_prompt
@@ -141,8 +142,7 @@ def report(c1: list[ResultRow], c4: list[ResultRow], c4_blocks: list[dict], meta
     same, n_pairs = same_final_tokens(c1)
     lines = [(f"### Overlap end to end: {meta['config']}, {meta['dataset']} "
               f"questions {meta['first']}..{meta['last']} ({meta['device']})"), "",
-             (f"Command: `{meta['command']}`; load average before {meta['load_before']}, "
-              f"after {meta['load_after']}."), "",
+             provenance(meta), "",
              "| concurrency 1 (paired per question, #3 ÷ #2) | median [95% CI] |", "|---|---|",
              f"| end-to-end latency ({len(e2e)} questions) | {fmt_ci(e2e)} |",
              (f"| questions with ratio > 1.05 | {sum(x > 1.05 for x in e2e)} "
@@ -190,7 +190,7 @@ def main() -> None:
     cfg = load_config(args.config)
     n = args.offset + max(args.num_samples, args.c4_samples)
     questions = load_questions(args.dataset, n)[args.offset:]
-    load_before = os.getloadavg()
+    bench = BenchRun("experiments.bench_overlap")
     stack = make_stack([args.config], "torch", out / "deploy", "127.0.0.1", args.pin_cpus)
     for name in ("results.jsonl", "results_c4.jsonl"):
         (out / name).unlink(missing_ok=True)
@@ -201,15 +201,9 @@ def main() -> None:
         stack.down()
     c1 = read_results(out / "results.jsonl")
     c4 = read_results(out / "results_c4.jsonl") if args.c4_samples else []
-    meta = {"config": cfg.name, "dataset": args.dataset, "first": questions[0].id,
-            "last": questions[-1].id, "c4": args.concurrency, "block": args.block,
-            "device": f"CPU, torch backend, {os.cpu_count()} cores"
-                      + (", workers pinned" if args.pin_cpus else ""),
-            "command": "python -m experiments.bench_overlap " + " ".join(
-                f"--{k.replace('_', '-')} {v}" if not isinstance(v, bool) else f"--{k}"
-                for k, v in vars(args).items() if v is not False),
-            "load_before": " ".join(f"{x:.2f}" for x in load_before),
-            "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    meta = bench.meta(config=cfg.name, dataset=args.dataset, first=questions[0].id,
+                    last=questions[-1].id, c4=args.concurrency, block=args.block,
+                    device=cpu_device(args.pin_cpus))
     (out / "c4_blocks.json").write_text(json.dumps(blocks, indent=1))
     text = report(c1, c4, blocks, meta)
     print(text)

@@ -19,6 +19,7 @@ import asyncio
 import os
 from pathlib import Path
 
+from experiments.bench_meta import BenchRun, cpu_device, provenance
 from experiments.bench_overlap import PIPELINED, fmt_ci, last_leaf_end, log, run_one
 from experiments.datasets import Question, load_questions
 from experiments.results import ResultsWriter, read_results
@@ -63,8 +64,7 @@ def report(out: Path, meta: dict) -> str:
                    for k, a in rows["pinned"][q].agents.items()) for q in common)
     return "\n".join([
         f"### Placement: {meta['config']}, setting #3, {len(common)} questions ({meta['device']})",
-        "", (f"Command: `{meta['command']}`; load average before {meta['load_before']}, after "
-        f"{meta['load_after']}."), "",
+        "", provenance(meta), "",
         "| pinned ÷ unpinned (paired per question) | median [95% CI] |", "|---|---|",
         f"| end-to-end latency | {fmt_ci(ratios(lambda r: r.e2e_s))} |",
         f"| last leaf's end | {fmt_ci(ratios(last_leaf_end))} |",
@@ -86,7 +86,7 @@ def main() -> None:
         (out / f"results_{v}.jsonl").unlink(missing_ok=True)
     cfg = load_config(args.config)
     questions = load_questions(args.dataset, args.offset + args.num_samples)[args.offset:]
-    load_before = os.getloadavg()
+    bench = BenchRun("experiments.bench_placement")
     stacks = {v: make_stack([args.config], "torch", out / f"deploy_{v}", "127.0.0.1",
                             pin_cpus=v == "pinned") for v in VARIANTS}
     try:
@@ -95,12 +95,7 @@ def main() -> None:
     finally:
         for s in stacks.values():
             s.down()
-    meta = {"config": cfg.name, "device": f"CPU, torch backend, {os.cpu_count()} cores",
-            "command": (f"python -m experiments.bench_placement --config {args.config} "
-                        f"--dataset {args.dataset} --num-samples {args.num_samples} "
-                        f"--offset {args.offset} --out {args.out}"),
-            "load_before": " ".join(f"{x:.2f}" for x in load_before),
-            "load_after": " ".join(f"{x:.2f}" for x in os.getloadavg())}
+    meta = bench.meta(config=cfg.name, device=cpu_device())
     text = report(out, meta)
     print(text)
     (out / "bench_placement.md").write_text(text)

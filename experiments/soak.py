@@ -6,7 +6,9 @@ report each process's growth after warm-up. A leak shows as RSS that keeps climb
         --max-tokens 8 --out runs/soak
 
 Writes OUT/soak.json (every sample) and prints one line per process: RSS at the end of
-warm-up (the first --warmup-share of requests), at the end, and the growth in %.
+warm-up (the first --warmup-share of requests), at the end, and the growth in %. Every process
+the deployment started is sampled, and their own children too (a worker's helper processes),
+each under "NAME/child-PID".
 """
 
 from __future__ import annotations
@@ -14,12 +16,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import shlex
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
 
 import aiohttp
+from tqdm import tqdm
 
 from experiments.datasets import load_questions
 
@@ -35,24 +41,53 @@ def rss_mb(pid: int) -> float | None:
     return None
 
 
+def children(pid: int) -> list[int]:
+    """Every descendant of pid, read from /proc (ppid is field 4 of /proc/PID/stat)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out, frontier = [], [pid]
+    while frontier:
+        kids = [c for c, p in parent.items() if p in frontier]
+        out += kids
+        frontier = kids
+    return out
+
+
 class RssSampler(threading.Thread):
-    """Samples every process's RSS each `interval_s`, tagged with the requests done so far."""
+    """Samples every process's RSS each `interval_s`, tagged with the requests done so far.
+    Children of the started processes are looked up every 30 s (a worker may start helpers)."""
 
     def __init__(self, procs: dict[str, int], interval_s: float = 1.0) -> None:
         super().__init__(daemon=True)
-        self.procs, self.interval_s = procs, interval_s
+        self.procs, self.interval_s = dict(procs), interval_s
+        self.roots = dict(procs)
         self.done_requests = 0
         self.samples: list[dict] = []
-        self._stop = threading.Event()
+        self._halt = threading.Event()
+
+    def _find_children(self) -> None:
+        for name, pid in self.roots.items():
+            for c in children(pid):
+                self.procs.setdefault(f"{name}/child-{c}", c)
 
     def run(self) -> None:
-        while not self._stop.is_set():
+        last_scan = 0.0
+        while not self._halt.is_set():
+            if time.monotonic() - last_scan > 30:
+                self._find_children()
+                last_scan = time.monotonic()
             self.samples.append({"t": time.monotonic(), "done": self.done_requests,
+                                 "load1": os.getloadavg()[0],
                                  "rss_mb": {n: rss_mb(p) for n, p in self.procs.items()}})
-            self._stop.wait(self.interval_s)
+            self._halt.wait(self.interval_s)
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join()
 
 
@@ -62,6 +97,8 @@ async def drive(url: str, model: str, n: int, concurrency: int, max_tokens: int,
     latencies: list[float] = []
     errors: dict[str, int] = {}
     todo = iter(range(n))
+
+    bar = tqdm(total=n, desc="soak", unit="req", file=sys.stderr, mininterval=5)
 
     async def worker(session: aiohttp.ClientSession) -> None:
         for i in todo:
@@ -77,12 +114,15 @@ async def drive(url: str, model: str, n: int, concurrency: int, max_tokens: int,
                 errors[type(e).__name__] = errors.get(type(e).__name__, 0) + 1
             latencies.append(time.perf_counter() - t0)
             sampler.done_requests += 1
+            bar.update(1)
+            bar.set_postfix(errors=sum(errors.values()), refresh=False)
 
     timeout = aiohttp.ClientTimeout(total=600)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
         wall = time.perf_counter() - t0
+    bar.close()
     return {"requests": n, "concurrency": concurrency, "wall_s": wall, "errors": errors,
             "latency_median_s": statistics.median(latencies),
             "latency_p99_s": sorted(latencies)[int(0.99 * (len(latencies) - 1))]}
@@ -95,9 +135,9 @@ def growth(samples: list[dict], warm_done: int) -> dict[str, dict]:
     head = after[: max(3, len(after) // 10)]
     tail = after[-max(3, len(after) // 10):]
     out = {}
-    for name in samples[0]["rss_mb"]:
-        a = [s["rss_mb"][name] for s in head if s["rss_mb"][name] is not None]
-        b = [s["rss_mb"][name] for s in tail if s["rss_mb"][name] is not None]
+    for name in dict.fromkeys(n for s in samples for n in s["rss_mb"]):
+        a = [s["rss_mb"][name] for s in head if s["rss_mb"].get(name) is not None]
+        b = [s["rss_mb"][name] for s in tail if s["rss_mb"].get(name) is not None]
         if a and b:
             start, end = statistics.median(a), statistics.median(b)
             out[name] = {"warm_mb": round(start, 1), "end_mb": round(end, 1),
@@ -128,6 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         agent.setdefault("sampling", {})["max_new_tokens"] = args.max_tokens
     config_path = out / f"{cfg.name}.json"
     config_path.write_text(json.dumps(raw, indent=2))
+    load_before = os.getloadavg()
     with make_stack([str(config_path)], "torch", out / "deployment", "127.0.0.1") as stack:
         sampler = RssSampler({p.spec.name: p.pid for p in stack.procs})
         sampler.start()
@@ -138,6 +179,9 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             sampler.stop()
     report["rss"] = growth(sampler.samples, int(args.warmup_share * args.requests))
+    report["warmup_requests"] = int(args.warmup_share * args.requests)
+    report["loadavg_before"], report["loadavg_after"] = load_before, os.getloadavg()
+    report["command"] = shlex.join(["python", "-m", "experiments.soak", *(argv or sys.argv[1:])])
     (out / "soak.json").write_text(json.dumps({**report, "samples": sampler.samples}, indent=1))
     print(json.dumps(report, indent=2))
     return 0

@@ -8,14 +8,14 @@ import re
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from router.config_loader import (
-    ConfigError,
     config_from_dict,
-    first_error,
     parse_json,
+    read_json_file,
     resolve_config_path,
+    validate_object,
 )
 
 
@@ -79,21 +79,11 @@ def parse_chunk_policy(text: str) -> tuple[str, int | None] | None:
 
 
 def load_spec(path: str | Path) -> SweepSpec:
-    source = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(source, "", f"cannot read the sweep spec: {e.strerror}") from None
-    return spec_from_dict(parse_json(text, source), source)
+    return spec_from_dict(parse_json(read_json_file(path, "the sweep spec"), str(path)), str(path))
 
 
 def spec_from_dict(raw: object, source: str = "<sweep spec>") -> SweepSpec:
-    if not isinstance(raw, dict):
-        raise ConfigError(source, "$", "a sweep spec is a JSON object")
-    try:
-        return SweepSpec.model_validate(raw)
-    except ValidationError as e:
-        raise first_error(e, SweepSpec, source) from None
+    return validate_object(raw, SweepSpec, source, "a sweep spec")
 
 
 def config_with_chunk_policy(config: str, policy: str, out_dir: Path) -> str:

@@ -152,6 +152,32 @@ def wait_healthy(procs: list[Proc], timeout_s: float,
         time.sleep(0.25)
 
 
+def wait_routable(url: str, timeout_s: float = 120.0, proc: Proc | None = None) -> None:
+    """Block until a native sglang-router at url routes a request. It answers /health at once but
+    registers its workers in the background, so send a 1-token greedy /generate until one
+    returns 200. proc: the router's process, whose log tail goes into the error."""
+    body = json.dumps({"input_ids": [1, 2, 3],
+                       "sampling_params": {"max_new_tokens": 1, "temperature": 0}}).encode()
+    deadline, last = time.monotonic() + timeout_s, ""
+    while time.monotonic() < deadline:
+        if proc is not None and proc.popen.poll() is not None:
+            break
+        req = urllib.request.Request(url + "/generate", body,
+                                     {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=60) as resp:
+                if resp.status == 200:
+                    return
+        except urllib.error.HTTPError as e:
+            last = f"{e.code} {e.read()[:200].decode(errors='replace')}"
+        except (urllib.error.URLError, OSError) as e:
+            last = repr(e)
+        time.sleep(0.5)
+    where = f"; last lines of {proc.log_path}:\n{proc.log_tail()}" if proc else ""
+    raise LaunchError(f"router {url} routes no request after {timeout_s:.0f} s "
+                      f"(last answer: {last}){where}")
+
+
 def stop_group(pid: int, grace_s: float = 10.0) -> None:
     """SIGTERM the process group led by pid, then SIGKILL what is left after grace_s."""
     stop_groups([pid], grace_s)

@@ -20,21 +20,38 @@ def server_arg_flags(args: dict[str, str | int | float | bool]) -> list[str]:
     return out
 
 
-def worker_argv(backend: str, model_path: str, spec: ModelSpec, role: str, host: str, port: int,
-                bootstrap_port: int | None, tokenizer_path: str | None = None,
-                gpu_id: int | None = None) -> list[str]:
-    argv = [sys.executable, "-m", "sglang_ext.launch_server", "--backend", backend,
-            "--model-path", model_path]
+def server_argv(backend: str, model_path: str, role: str, host: str, port: int,
+                bootstrap_port: int | None = None, tokenizer_path: str | None = None,
+                gpu_id: int | None = None, extra: Sequence[str] = (),
+                patched: bool = True) -> list[str]:
+    """One worker's command line: our launcher for either backend, or (patched=False, the
+    negative control of the tests on real SGLang) SGLang's own `python -m sglang.launch_server`.
+    role: "null" (a plain server), "prefill" or "decode" (PD over NIXL). The one place this
+    command line is built."""
+    if backend == "sglang" and not patched:
+        argv = [sys.executable, "-m", "sglang.launch_server"]
+    else:
+        argv = [sys.executable, "-m", "sglang_ext.launch_server", "--backend", backend]
+    argv += ["--model-path", model_path]
     if tokenizer_path and tokenizer_path != model_path:
         argv += ["--tokenizer-path", tokenizer_path]
-    argv += ["--disaggregation-mode", role, "--disaggregation-transfer-backend", "nixl",
-             "--host", host, "--port", str(port)]
+    argv += ["--disaggregation-mode", role]
+    if role != "null":
+        argv += ["--disaggregation-transfer-backend", "nixl"]
+    argv += ["--host", host, "--port", str(port)]
     if bootstrap_port is not None:
         argv += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
     if gpu_id is not None:
         argv += ["--base-gpu-id", str(gpu_id)]
-    argv += server_arg_flags(spec.server_args.get(backend, {}))
-    return argv
+    return argv + list(extra)
+
+
+def worker_argv(backend: str, model_path: str, spec: ModelSpec, role: str, host: str, port: int,
+                bootstrap_port: int | None, tokenizer_path: str | None = None,
+                gpu_id: int | None = None) -> list[str]:
+    """A deployment's prefill or decode worker, with the config's server_args for `backend`."""
+    return server_argv(backend, model_path, role, host, port, bootstrap_port, tokenizer_path,
+                       gpu_id, server_arg_flags(spec.server_args.get(backend, {})))
 
 
 def router_argv(prefills: list[tuple[str, int | None]], decodes: list[str], host: str, port: int,
@@ -42,8 +59,9 @@ def router_argv(prefills: list[tuple[str, int | None]], decodes: list[str], host
                 python: str = sys.executable) -> list[str]:
     """The real sglang-router in PD mode in front of `prefills` ((url, bootstrap port) each) and
     `decodes` (urls); its Prometheus endpoint on metrics_host:metrics_port (its default port
-    clashes across routers). The one place this command line is built."""
-    argv = [python, "-m", "sglang_router.launch_router", "--pd-disaggregation"]
+    clashes across routers). The one place this command line is built. It runs sglang-router's
+    own launcher through launch.native_router, which keeps it from importing all of SGLang."""
+    argv = [python, "-m", "launch.native_router", "--pd-disaggregation"]
     for url, bootstrap_port in prefills:
         argv += ["--prefill", url] + ([str(bootstrap_port)] if bootstrap_port is not None else [])
     for url in decodes:

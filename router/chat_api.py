@@ -170,7 +170,7 @@ async def _streamed(request: web.Request, session: Session, runner: asyncio.Task
     try:
         result = await runner
     except AgentFailed as e:
-        await resp.write(P.sse_event({"error": {"message": str(e)}}))
+        await resp.write(P.sse_error(str(e), 502))
     else:
         answer = _answer(result)
         if answer.startswith(shown):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import json
 from pathlib import Path
+from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -16,6 +17,7 @@ from router.config import TopologyConfig
 from router.topology import GraphError
 
 CFGS_DIR = Path(__file__).resolve().parent.parent / "cfgs"
+M = TypeVar("M", bound=BaseModel)
 
 
 class ConfigError(ValueError):
@@ -54,11 +56,14 @@ def _is_file(p: Path) -> bool:
 
 def load_config(name_or_path: str | Path) -> TopologyConfig:
     path = resolve_config_path(name_or_path)
+    return parse_config(read_json_file(path, "the file"), source=str(path))
+
+
+def read_json_file(path: str | Path, what: str) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return Path(path).read_text(encoding="utf-8")
     except OSError as e:
-        raise ConfigError(str(path), "", f"cannot read the file: {e.strerror}") from None
-    return parse_config(text, source=str(path))
+        raise ConfigError(str(path), "", f"cannot read {what}: {e.strerror}") from None
 
 
 def load_configs_by_name(paths: list[str | Path]) -> dict[str, TopologyConfig]:
@@ -88,12 +93,17 @@ def parse_json(text: str, source: str) -> object:
 
 
 def config_from_dict(raw: object, source: str = "<config>") -> TopologyConfig:
+    return validate_object(raw, TopologyConfig, source, "a topology config")
+
+
+def validate_object(raw: object, schema: type[M], source: str, what: str) -> M:
+    """`raw` (parsed JSON) as `schema`, or a ConfigError naming `source` and the JSON path."""
     if not isinstance(raw, dict):
-        raise ConfigError(source, "$", "a topology config is a JSON object")
+        raise ConfigError(source, "$", f"{what} is a JSON object")
     try:
-        return TopologyConfig.model_validate(raw)
+        return schema.model_validate(raw)
     except ValidationError as e:
-        raise first_error(e, TopologyConfig, source) from None
+        raise first_error(e, schema, source) from None
 
 
 def first_error(err: ValidationError, schema: type[BaseModel], source: str) -> ConfigError:

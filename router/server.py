@@ -34,13 +34,14 @@ from router.sessions import SessionConflict, SessionStore
 from sglang_ext import protocol as P
 
 log = logging.getLogger(__name__)
+MAX_BODY_BYTES = 4 * 1024**2  # a longer body is a 413
 
 
 def make_app(
     cluster: ClusterSpec,
     configs: dict[str, TopologyConfig],
     early_exit_hook: Callable[[TopologyConfig], CompletionHook] | None = None,
-    client_max_size: int = 4 * 1024**2,
+    client_max_size: int = MAX_BODY_BYTES,
 ) -> web.Application:
     """`configs` are served by name; requests may also name a cfgs/ file or pass one inline.
     `early_exit_hook(cfg)` builds the per-question completion hook used when a request asks for
@@ -213,7 +214,7 @@ async def _agent_stream(
     await asyncio.wait([task])
     final = session.traces[agent_id].to_dict()
     if final["error"]:
-        await resp.write(P.sse_event({"error": {"message": final["error"]}}))
+        await resp.write(P.sse_error(final["error"], 502))
     await resp.write(P.sse_event({"agent": agent_id, "done": True, "trace": final}))
     await resp.write(P.sse_done())
     return resp

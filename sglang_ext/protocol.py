@@ -119,6 +119,14 @@ def sse_done() -> bytes:
     return f"{SSE_DATA_PREFIX}{SSE_DONE}\n\n".encode()
 
 
+def sse_error(message: str, status: int) -> bytes:
+    """The event a stream sends when it fails after its headers went out (only `[DONE]` may
+    follow): `{"error": {"message", "code"}}`, as SGLang and OpenAI send it. Every HTTP surface
+    (the workers' /generate and OpenAI routes, the shell router's chat and agent streams)
+    writes its stream errors with this one function."""
+    return sse_event({"error": error_body(message, status)["error"]})
+
+
 def parse_sse_line(line: str) -> dict | None:
     """Parse one `data: ...` line; None for blank lines, comments and the [DONE] marker."""
     line = line.strip()

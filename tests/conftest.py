@@ -15,6 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import procs
+from sglang_real import sglang_nulls  # noqa: F401 - a session fixture must live in conftest
 
 # Short PD bootstrap timeouts so the "peer unreachable" cases fail in seconds, not SGLang's 300 s.
 PD_TIMEOUT_S = 6
@@ -72,8 +73,16 @@ def stack(smollm2_dir, tmp_path_factory) -> Stack:
         procs.wait_healthy([null, prefill, decode])
         router = procs.start_router(prefill, decode, log_dir)
         started.append(router)
-        procs.wait_healthy([router], timeout=60, path="/health")
+        procs.wait_healthy([router], timeout=60)
         procs.wait_router_ready(router)
         yield Stack(null, prefill, decode, router, smollm2_dir)
     finally:
         procs.stop_all(started)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope
+def pytest_collection_modifyitems(items) -> None:
+    """Tests on a real SGLang PD deployment run after the others on real SGLang: their fixture
+    first stops the shared plain servers (sglang_real.NullServers), so that at most two SGLang
+    servers (≈3.7 GB each) run at once and each starts once per session."""
+    items.sort(key=lambda item: "sglang_pd" in getattr(item, "fixturenames", ()))

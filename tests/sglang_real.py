@@ -1,7 +1,11 @@
 """Shared pieces of the tests on real SGLang's CPU path (marker `sglang_cpu`, `make test-sglang`):
-prompts, greedy reference outputs from the reference engine, a warm-up formed by the router's own
-code, and one-model cluster specs. Every SGLang server is started once per module (≈20-30 s and
-≈3.7 GB each), one stack at a time."""
+prompts, the plain servers every module shares (`sglang_nulls`), greedy reference outputs from the
+reference engine, a warm-up formed by the router's own code, and one-model cluster specs.
+
+An SGLang server costs ≈20-30 s of two cores to start (three processes that each import SGLang)
+and ≈3.7 GB, so each is started once per session: the patched server, SGLang's own (the negative
+control) and the reference engine start together; the PD tests (sorted last by conftest.py)
+stop them before their own pair starts, so at most two SGLang servers run at once."""
 
 from __future__ import annotations
 
@@ -55,14 +59,64 @@ def greedy(url: str, input_ids: list[int], n: int = N_TOKENS, **body) -> dict:
     return r.json()
 
 
-def reference_outputs(model_dir: str, prompts: list[list[int]], log_dir: Path) -> list[list[int]]:
-    """Greedy ids of the reference engine (`--backend torch`) for each prompt."""
-    ref = procs.start_worker("reference", model_dir, log_dir, "null")
+def reference_prompts(model_dir: str) -> list[list[int]]:
+    """The prompts whose greedy ids every engine must agree on."""
+    return [tokenize(model_dir, CHAT), tokenize(model_dir, SYSTEM + QUESTION)]
+
+
+class NullServers:
+    """The plain (`--disaggregation-mode null`) servers of the session, started together on first
+    use: real SGLang through our patched launcher ("patched"), through SGLang's own launcher
+    ("unpatched"), and, only while the first two start, the reference engine, whose greedy ids
+    for reference_prompts() are kept. release() stops them; the next get() starts them again."""
+
+    def __init__(self, model_dir: str, log_dir: Path):
+        self.model_dir, self.log_dir = model_dir, log_dir
+        self.procs: dict[str, procs.Proc] = {}
+        self._reference: list[list[int]] | None = None
+
+    def get(self, name: str) -> procs.Proc:
+        if not self.procs:
+            self._start()
+        return self.procs[name]
+
+    def reference_ids(self) -> list[list[int]]:
+        if self._reference is None:
+            ref = procs.start_worker("reference", self.model_dir, self.log_dir, "null")
+            try:
+                procs.wait_healthy([ref])
+                self._reference = [greedy(ref.url, ids)[P.OUTPUT_IDS]
+                                   for ids in reference_prompts(self.model_dir)]
+            finally:
+                procs.stop_all([ref])
+        return self._reference
+
+    def _start(self) -> None:
+        started = []
+        try:
+            for name, patched in (("patched", True), ("unpatched", False)):
+                started.append(procs.start_worker(f"sglang-{name}", self.model_dir, self.log_dir,
+                                                  "null", backend="sglang", patched=patched))
+            self.reference_ids()  # the reference engine serves while SGLang is still importing
+            procs.wait_healthy(started, timeout=300)
+        except BaseException:
+            procs.stop_all(started)
+            raise
+        self.procs = dict(zip(("patched", "unpatched"), started))
+
+    def release(self) -> None:
+        procs.stop_all(list(self.procs.values()))
+        self.procs = {}
+
+
+@pytest.fixture(scope="session")
+def sglang_nulls(smollm2_dir, tmp_path_factory):
+    needs_sglang()
+    servers = NullServers(smollm2_dir, tmp_path_factory.mktemp("sglang-null"))
     try:
-        procs.wait_healthy([ref])
-        return [greedy(ref.url, ids)[P.OUTPUT_IDS] for ids in prompts]
+        yield servers
     finally:
-        procs.stop_all([ref])
+        servers.release()
 
 
 def cluster(router_url: str, prefill: procs.Proc, decode_url: str, model_dir: str,

@@ -12,18 +12,19 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from router.server import make_app
 from sglang_ext import protocol as P
+from tests.fuzz_table import BODIES, ROUTER_ROUTES, huge_body
 from tests.router_fixtures import smollm_tokenizer_path, start_fake_cluster, tree_config  # noqa: F401
 
 MSGS = [{"role": "user", "content": "What is 2+3?"}]
+BODY_LIMIT = 64 * 1024  # a small body limit, so "huge" is cheap to send
 
 
 @pytest.fixture
 async def api(smollm_tokenizer_path):  # noqa: F811
     cluster = await start_fake_cluster(smollm_tokenizer_path)
     cfg = tree_config(max_new_tokens=6)
-    # A small body limit, so "huge" is cheap to send.
     client = TestClient(TestServer(make_app(cluster.spec, {cfg.name: cfg},
-                                            client_max_size=64 * 1024)))
+                                            client_max_size=BODY_LIMIT)))
     await client.start_server()
     yield client, cluster, cfg
     await client.close()
@@ -123,41 +124,18 @@ async def test_every_error_is_json(api):
         assert says in (await r.json())["error"]["message"]
 
 
-# Every POST route with bodies a fuzzer or a broken client sends. None may be a 5xx.
-ROUTES = ["/v1/chat/completions", "/v1/completions", "/v1/moa/run", "/v1/moa/agent"]
-BODIES = [
-    b"",
-    b"{",
-    b"null",
-    b"[]",
-    b'"text"',
-    b"123",
-    b"\xff\xfe\x00",
-    b'{"model": {"nested": [1, 2, {"deep": null}]}, "messages": "hi"}',
-    json.dumps({"model": None, "config": None, "question": None, "messages": None}).encode(),
-    json.dumps({"question": 1, "config": [], "mode": 3, "agent": {}, "session_id": 5}).encode(),
-    json.dumps({"prompt": [], "messages": [{"role": "wizard"}], "unknown_field": 1}).encode(),
-    json.dumps({"question": "q", "config": {"name": "x"}, "slot_orders": "all"}).encode(),
-    json.dumps({"question": "q" * 50_000, "config": "tree_none", "early_exit": "yes"}).encode(),
-    json.dumps({"model": "x" * 10_000, "messages": [{"role": "user", "content": "hi"}]}).encode(),
-    json.dumps({"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image"}]}]
-                }).encode(),
-    b"x" * (200 * 1024),
-]
-
-
 async def test_fuzz_every_post_route_no_5xx_and_still_serving(api):
     client, _, cfg = api
     seen = []
-    for route in ROUTES:
-        for data in BODIES:
+    for route in ROUTER_ROUTES:
+        for data in [*BODIES, huge_body(BODY_LIMIT)]:
             r = await client.post(route, data=data,
                                   headers={"Content-Type": "application/json"})
             text = await r.text()
             seen.append((route, data[:40], r.status))
             assert r.status < 500, (route, data[:80], r.status, text)
             assert 400 <= r.status < 500 and "error" in json.loads(text), (route, text)
-    assert len(seen) == len(ROUTES) * len(BODIES)
+    assert len(seen) == len(ROUTER_ROUTES) * (len(BODIES) + 1)
     assert (await client.get("/health")).status == 200
     r = await client.post("/v1/chat/completions", json={"model": cfg.name, "messages": MSGS})
     assert r.status == 200

@@ -40,7 +40,7 @@ def gemma_stack(tmp_path_factory):
         procs.wait_healthy([prefill, decode])
         router = procs.start_router(prefill, decode, log_dir)
         started.append(router)
-        procs.wait_healthy([router], timeout=60, path="/health")
+        procs.wait_healthy([router], timeout=60)
         procs.wait_router_ready(router)
         yield {"prefill": prefill, "decode": decode, "router": router, "model_dir": model_dir}
     finally:

@@ -39,7 +39,7 @@ def test_pd_pair_commands_are_exact():
                                       *common, "--chunked-prefill-size", "4096"]
     assert cmds["decode"] == head + ["--port", "31001", "--disaggregation-mode", "decode", *common]
     assert cmds["router"] == [
-        "py", "-m", "sglang_router.launch_router", "--pd-disaggregation",
+        "py", "-m", "launch.native_router", "--pd-disaggregation",
         "--prefill", "http://127.0.0.1:31000", "31004", "--decode", "http://127.0.0.1:31001",
         "--host", "127.0.0.1", "--port", "31002",
         "--prometheus-host", "127.0.0.1", "--prometheus-port", "31003"]

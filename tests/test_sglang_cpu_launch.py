@@ -68,7 +68,7 @@ def test_up_writes_the_warmup_verb_for_the_shell_router(tmp_path):
 def test_the_one_router_command_line():
     argv = router_argv([("http://h:1", 11), ("http://h:2", 12)], ["http://h:3"], "h", 4, "h", 5,
                        ["--log-level", "warn"], python="py")
-    assert argv == ["py", "-m", "sglang_router.launch_router", "--pd-disaggregation",
+    assert argv == ["py", "-m", "launch.native_router", "--pd-disaggregation",
                     "--prefill", "http://h:1", "11", "--prefill", "http://h:2", "12",
                     "--decode", "http://h:3", "--host", "h", "--port", "4",
                     "--prometheus-host", "h", "--prometheus-port", "5", "--log-level", "warn"]

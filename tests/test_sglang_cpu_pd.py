@@ -10,26 +10,24 @@ router keeps its invariant, pipelined == blocking for every agent, on tree_3_1_c
 from __future__ import annotations
 
 import json
-import time
 import uuid
 
 import pytest
-import requests
 from router_fixtures import tree_config
 from sglang_real import (
-    CHAT,
     QUESTION,
     SYSTEM,
     deployment_cluster,
     flush,
     greedy,
     needs_sglang,
-    reference_outputs,
+    reference_prompts,
     router_warmup,
     tokenize,
 )
 
 from launch.commands import make_stack
+from launch.procs import wait_routable
 from router.config_loader import resolve_config_path
 from router.context import RouterContext
 from router.orchestrator import Session
@@ -39,25 +37,11 @@ pytestmark = pytest.mark.sglang_cpu
 needs_sglang()
 
 
-def wait_router_ready(url: str, timeout: float = 120) -> None:
-    """The sglang-router registers its workers in the background: wait until a generate passes."""
-    deadline, last = time.monotonic() + timeout, ""
-    body = {P.INPUT_IDS: [1, 2, 3], P.SAMPLING_PARAMS: {P.MAX_NEW_TOKENS: 1, P.TEMPERATURE: 0}}
-    while time.monotonic() < deadline:
-        try:
-            r = requests.post(url + "/generate", json=body, timeout=60)
-            if r.status_code == 200:
-                return
-            last = f"{r.status_code} {r.text[:200]}"
-        except requests.RequestException as e:
-            last = repr(e)
-        time.sleep(0.5)
-    raise TimeoutError(f"router {url} not ready after {timeout}s: {last}")
-
-
 @pytest.fixture(scope="module")
-def deployment(tmp_path_factory):
-    """What `moa-pd up --backend sglang --config <tree_3_1_cpu + priority>` starts."""
+def sglang_pd(sglang_nulls, tmp_path_factory):
+    """What `moa-pd up --backend sglang --config <tree_3_1_cpu + priority>` starts, once for the
+    module; the session's plain servers stop first (memory: two SGLang servers at a time)."""
+    sglang_nulls.release()
     tmp = tmp_path_factory.mktemp("sglang-up")
     cfg = json.loads(resolve_config_path("tree_3_1_cpu").read_text())
     cfg["name"] = "tree_3_1_cpu_priority"
@@ -68,27 +52,29 @@ def deployment(tmp_path_factory):
     assert stack.sglang_cpu
     try:
         cluster = stack.up()
-        wait_router_ready(cluster["models"]["smollm2"]["router_url"])
+        router = next(p for p in stack.procs if p.spec.name == "smollm2.router")
+        wait_routable(cluster["models"]["smollm2"]["router_url"], 120, router)
         yield stack, cluster
     finally:
         stack.down()
 
 
-def test_greedy_through_the_router_equals_the_reference_engine(deployment, smollm2_dir, tmp_path):
-    stack, cluster = deployment
+def test_greedy_through_the_router_equals_the_reference_engine(sglang_pd, sglang_nulls,
+                                                              smollm2_dir):
+    stack, cluster = sglang_pd
     logs = {p.spec.name: p.log_path.read_text(errors="replace") for p in stack.procs}
     for role in ("prefill0", "decode0"):
         assert "moa-pd patch warmup_radix_insert applied" in logs[f"smollm2.{role}"]
         assert "NIXL registers the KV pool as DRAM" in logs[f"smollm2.{role}"]
     router = cluster["models"]["smollm2"]["router_url"]
-    prompts = [tokenize(smollm2_dir, CHAT), tokenize(smollm2_dir, SYSTEM + QUESTION)]
-    got = [greedy(router, ids, priority=P.PRIORITY_CRITICAL)[P.OUTPUT_IDS] for ids in prompts]
-    assert got == reference_outputs(smollm2_dir, prompts, tmp_path)
+    got = [greedy(router, ids, priority=P.PRIORITY_CRITICAL)[P.OUTPUT_IDS]
+           for ids in reference_prompts(smollm2_dir)]
+    assert got == sglang_nulls.reference_ids()
 
 
 @pytest.mark.parametrize("verb", ["generate", "prefill_only"])
-def test_warmup_on_the_prefill_is_hit_through_the_router(deployment, smollm2_dir, verb):
-    _, cluster = deployment
+def test_warmup_on_the_prefill_is_hit_through_the_router(sglang_pd, smollm2_dir, verb):
+    _, cluster = sglang_pd
     system = SYSTEM.replace("careful", f"careful ({uuid.uuid4().hex[:8]})")
     prefix = tokenize(smollm2_dir, system)
     spec = deployment_cluster(cluster, warmup_verb=verb, priority_scheduling=True)
@@ -99,8 +85,8 @@ def test_warmup_on_the_prefill_is_hit_through_the_router(deployment, smollm2_dir
     assert out[P.META_INFO][P.CACHED_TOKENS] == len(prefix)
 
 
-async def test_shell_router_pipelined_equals_blocking_with_priority(deployment):
-    _, cluster = deployment
+async def test_shell_router_pipelined_equals_blocking_with_priority(sglang_pd):
+    _, cluster = sglang_pd
     spec = deployment_cluster(cluster, priority_scheduling=True)
     m = spec.models["smollm2"]
     workers = [*m.prefill_urls, *m.decode_urls]

@@ -1,4 +1,4 @@
-"""Real SGLang 0.5.23 on its CPU path, one plain (`--disaggregation-mode null`) server at a time:
+"""Real SGLang 0.5.23 on its CPU path, plain (`--disaggregation-mode null`) servers shared by the session:
 our patched launcher applies the patch (its log line, `/prefill_only`), a warm-up formed by the
 router leaves its prefix cached with the patch and not without it (the negative control: SGLang's
 own launcher), and greedy ids equal the reference engine's. Run by `make test-sglang`."""
@@ -13,13 +13,13 @@ import procs
 import pytest
 import requests
 from sglang_real import (
-    CHAT,
     QUESTION,
     SYSTEM,
     cluster,
+    flush,
     greedy,
     needs_sglang,
-    reference_outputs,
+    reference_prompts,
     router_warmup,
     tokenize,
 )
@@ -29,20 +29,13 @@ from sglang_ext import protocol as P
 pytestmark = pytest.mark.sglang_cpu
 needs_sglang()
 
-PATCHED, UNPATCHED = "sglang", "sglang-unpatched"
+PATCHED, UNPATCHED = "patched", "unpatched"
 
 
-@pytest.fixture(scope="module")
-def server(request, smollm2_dir, tmp_path_factory):
-    """One SGLang server per parameter; pytest finishes one before it starts the next."""
-    log_dir = tmp_path_factory.mktemp(request.param)
-    proc = procs.start_worker(request.param, smollm2_dir, log_dir, "null", backend="sglang",
-                              patched=request.param == PATCHED)
-    try:
-        procs.wait_healthy([proc], timeout=240)
-        yield proc
-    finally:
-        procs.stop_all([proc])
+@pytest.fixture
+def server(sglang_nulls) -> procs.Proc:
+    """Real SGLang through our launcher (shared by the session: sglang_real.NullServers)."""
+    return sglang_nulls.get(PATCHED)
 
 
 def fresh_system() -> str:
@@ -50,7 +43,6 @@ def fresh_system() -> str:
     return SYSTEM.replace("careful", f"careful ({uuid.uuid4().hex[:8]})")
 
 
-@pytest.mark.parametrize("server", [PATCHED], indirect=True)
 def test_patched_launcher_says_so_in_the_log_and_serves_prefill_only(server, smollm2_dir):
     log = server.log.read_text(errors="replace")
     # The main process applies the route, every SGLang process loads the scheduler hook.
@@ -58,6 +50,7 @@ def test_patched_launcher_says_so_in_the_log_and_serves_prefill_only(server, smo
     assert "moa-pd patch warmup_radix_insert applied for SGLang 0.5.23 (scheduler)" in log
     assert "moa-pd: fake-host requests with rid prefix 'moa-warm-' are inserted" in log
     prefix = tokenize(smollm2_dir, fresh_system())
+    flush(server.url)  # the server is shared: earlier tests cached the chat template's start
     r = requests.post(server.url + P.PREFILL_ONLY_PATH, json={P.INPUT_IDS: prefix}, timeout=60)
     assert r.status_code == 200, r.text
     body = r.json()
@@ -71,11 +64,11 @@ def test_patched_launcher_says_so_in_the_log_and_serves_prefill_only(server, smo
     assert bad.status_code == 400 and "temperature" in bad.text
 
 
-@pytest.mark.parametrize("server", [PATCHED, UNPATCHED], indirect=True)
-def test_router_warmup_is_cached_only_with_the_patch(server, smollm2_dir):
+@pytest.mark.parametrize("launcher", [PATCHED, UNPATCHED])
+def test_router_warmup_is_cached_only_with_the_patch(launcher, sglang_nulls, smollm2_dir):
     """The router's own warm-up (fake bootstrap host, rid moa-warm-...), then a longer prompt that
     extends it: cached_tokens is the warmed length with the patch, 0 on plain SGLang 0.5.23."""
-    patched = server.name == PATCHED
+    server, patched = sglang_nulls.get(launcher), launcher == PATCHED
     prefix = tokenize(smollm2_dir, fresh_system())
     full = prefix + tokenize(smollm2_dir, QUESTION)
     spec = cluster(server.url, server, server.url, smollm2_dir)
@@ -84,12 +77,12 @@ def test_router_warmup_is_cached_only_with_the_patch(server, smollm2_dir):
     out = greedy(server.url, full)
     assert out[P.META_INFO][P.PROMPT_TOKENS] == len(full)
     assert out[P.META_INFO][P.CACHED_TOKENS] == (len(prefix) if patched else 0)
-    if not patched:  # the route exists only with the patch
+    if not patched:  # the route and the log lines exist only with the patch
+        assert "moa-pd patch" not in server.log.read_text(errors="replace")
         r = requests.post(server.url + P.PREFILL_ONLY_PATH, json={P.INPUT_IDS: prefix}, timeout=30)
         assert r.status_code == 404
 
 
-@pytest.mark.parametrize("server", [PATCHED], indirect=True)
 def test_prefill_only_warmup_is_cached(server, smollm2_dir):
     prefix = tokenize(smollm2_dir, fresh_system())
     spec = cluster(server.url, server, server.url, smollm2_dir, warmup_verb="prefill_only")
@@ -99,11 +92,9 @@ def test_prefill_only_warmup_is_cached(server, smollm2_dir):
     assert out[P.META_INFO][P.CACHED_TOKENS] == len(prefix)
 
 
-@pytest.mark.parametrize("server", [PATCHED], indirect=True)
-def test_greedy_ids_equal_the_reference_engine(server, smollm2_dir, tmp_path):
-    prompts = [tokenize(smollm2_dir, CHAT), tokenize(smollm2_dir, SYSTEM + QUESTION)]
-    got = [greedy(server.url, ids)[P.OUTPUT_IDS] for ids in prompts]
-    assert got == reference_outputs(smollm2_dir, prompts, tmp_path)
+def test_greedy_ids_equal_the_reference_engine(server, sglang_nulls, smollm2_dir):
+    got = [greedy(server.url, ids)[P.OUTPUT_IDS] for ids in reference_prompts(smollm2_dir)]
+    assert got == sglang_nulls.reference_ids()
 
 
 def test_stand_in_kernels_are_what_sglang_imports():

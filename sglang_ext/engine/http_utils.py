@@ -43,12 +43,15 @@ def error(status: int, message: str) -> web.Response:
 
 
 async def json_body(request: web.Request) -> dict:
-    """The request's JSON object; BadRequestError (→ 400) for malformed JSON."""
+    """The request's JSON object; BadRequestError (→ 400) for malformed JSON or another value."""
     try:
         raw = await request.read()
-        return json.loads(raw) if raw else {}
+        body = json.loads(raw) if raw else {}
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise BadRequestError(f"malformed JSON body: {e}") from None
+    if not isinstance(body, dict):
+        raise BadRequestError(f"the request body must be a JSON object, not {type(body).__name__}")
+    return body
 
 
 def client_gone(request: web.Request | None) -> bool:

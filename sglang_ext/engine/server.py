@@ -30,6 +30,7 @@ from sglang_ext.server_args import ServerArgs
 
 logger = logging.getLogger(__name__)
 VERSION = "0.5.3-torch"  # SGLang protocol version we follow, marked as this backend
+MAX_BODY_BYTES = 64 * 1024 * 1024  # a longer body is a 413
 
 
 async def serve(
@@ -54,13 +55,7 @@ async def serve(
                     await resp.prepare(request)
                 if chunk.status != 200:
                     await resp.write(
-                        P.sse_event(
-                            {
-                                "error": P.error_body(
-                                    chunk.finish_reason.get("message", ""), chunk.status
-                                )["error"]
-                            }
-                        )
+                        P.sse_error(chunk.finish_reason.get("message", ""), chunk.status)
                     )
                 else:
                     await resp.write(P.sse_event(out.stream_chunk()))
@@ -238,9 +233,21 @@ async def abort_request(request: web.Request) -> web.Response:
     return web.json_response({"success": found, "message": msg})
 
 
+@web.middleware
+async def json_errors(request: web.Request, handler) -> web.StreamResponse:
+    """aiohttp's own errors (404 unknown route, 405, 413 body too large) as SGLang's JSON error
+    body, like every error the routes return themselves."""
+    try:
+        return await handler(request)
+    except web.HTTPException as e:
+        if e.status < 400:
+            raise
+        return error(e.status, f"{request.method} {request.path}: {e.text or e.reason}")
+
+
 def make_app(args: ServerArgs, engine=None, tokenizer=None) -> web.Application:
     """The worker app. The engine is built (model loaded) at startup unless one is given."""
-    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app = web.Application(middlewares=[json_errors], client_max_size=MAX_BODY_BYTES)
     state = app[STATE] = WorkerState(args)
 
     async def lifecycle(app: web.Application):

@@ -99,7 +99,7 @@ def worker_command(spec: PDPairSpec, role: str) -> list[str]:
 
 
 def router_command(spec: PDPairSpec) -> list[str]:
-    """`python -m sglang_router.launch_router --pd-disaggregation ...` in front of the pair."""
+    """The sglang-router (`launch.worker_cmd.router_argv`) in front of the pair."""
     return router_argv([(spec.url("prefill"), spec.bootstrap_port)], [spec.url("decode")],
                        spec.host, spec.router_port, spec.url_host, spec.router_metrics_port,
                        spec.router_args, python=spec.python)

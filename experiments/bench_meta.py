@@ -1,0 +1,41 @@
+"""What every benchmark report says about its own run: the command that reproduces it, the
+device, and the load average before and after. On a 2-core machine a ratio is only worth
+something if nothing else was running, so the load average travels with each number."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+from dataclasses import dataclass, field
+
+
+def _load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def cpu_device(pinned: bool = False) -> str:
+    return f"CPU, torch backend, {os.cpu_count()} cores" + (", workers pinned" if pinned else "")
+
+
+@dataclass
+class BenchRun:
+    """Started before the deployment comes up; `meta()` is called once the measurements end."""
+
+    module: str
+    argv: list[str] = field(default_factory=lambda: sys.argv[1:])
+    load_before: str = field(default_factory=_load)
+
+    @property
+    def command(self) -> str:
+        return " ".join(["python -m", self.module, shlex.join(self.argv)]).rstrip()
+
+    def meta(self, **extra) -> dict:
+        return {"command": self.command, "load_before": self.load_before, "load_after": _load(),
+                **extra}
+
+
+def provenance(meta: dict) -> str:
+    """The report line that makes a number reproducible."""
+    return (f"Command: `{meta['command']}`; load average before {meta['load_before']}, "
+            f"after {meta['load_after']}.")

@@ -1,0 +1,115 @@
+"""What a deployment left behind, read from /proc: the tests that stop `moa-pd` with a signal
+check that no process it started (each leads its own process group, see launch/procs.py) and
+no port of its cluster.json outlives it. Also the tiny topology config those tests run."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from launch.procs import port_in_use, process_start_ticks
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def tiny_config(folder: Path, name: str = "tree_3_1_tiny") -> str:
+    """tree_3_1_cpu with 6-token agents, written to folder as a user's own config file."""
+    raw = json.loads((ROOT / "cfgs" / "tree_3_1_cpu.json").read_text())
+    raw["name"] = name
+    raw["sampling"]["max_new_tokens"] = 6
+    for agent in raw["agents"]:
+        agent.pop("sampling", None)
+    path = folder / "my_tiny_tree.json"
+    path.write_text(json.dumps(raw))
+    return str(path)
+
+
+def recorded(run_dir: Path) -> list[dict]:
+    """The processes a deployment recorded in RUN_DIR/processes.json (name, pid, start_ticks)."""
+    path = run_dir / "processes.json"
+    return json.loads(path.read_text()) if path.exists() else []
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (not zombie) processes whose process group is pgid."""
+    out = []
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if fields[0] != "Z" and int(fields[2]) == pgid:
+            out.append(int(d.name))
+    return out
+
+
+def descendants(pid: int) -> list[tuple[int, int | None]]:
+    """(pid, start_ticks) of every live descendant of pid."""
+    parent = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out, frontier = [], {pid}
+    while frontier:
+        frontier = {c for c, p in parent.items() if p in frontier}
+        out += sorted(frontier)
+    return [(p, process_start_ticks(p)) for p in out]
+
+
+def cluster_ports(cluster: dict) -> list[int]:
+    """Every port a cluster.json names: routers, workers, bootstrap servers, shell router."""
+    urls = [cluster["shell_router_url"]]
+    ports = []
+    for m in cluster["models"].values():
+        urls += [m["router_url"], *m["prefill_urls"], *m["decode_urls"]]
+        ports += m.get("bootstrap_ports", [])
+    return ports + [urlsplit(u).port for u in urls]
+
+
+PORT_FLAGS = ("--port", "--disaggregation-bootstrap-port", "--prometheus-port")
+
+
+def recorded_ports(procs: list[dict]) -> list[int]:
+    """The ports on the command lines of recorded processes (also before cluster.json exists)."""
+    return [int(row["argv"][i + 1]) for row in procs for i, a in enumerate(row["argv"][:-1])
+            if a in PORT_FLAGS]
+
+
+def leftovers(procs: list[dict], children: list[tuple[int, int | None]],
+              ports: list[int]) -> list[str]:
+    """What is still there of a deployment: recorded processes (the same pid and start time),
+    members of their process groups, other descendants of the command, ports still bound."""
+    left = []
+    for row in procs:
+        if process_start_ticks(row["pid"]) == row["start_ticks"]:
+            left.append(f"{row['name']} (pid {row['pid']})")
+        left += [f"pid {p} in the group of {row['name']}" for p in group_members(row["pid"])
+                 if p != row["pid"]]
+    left += [f"child pid {p}" for p, ticks in children
+             if ticks is not None and process_start_ticks(p) == ticks]
+    left += [f"port {p}" for p in ports if port_in_use(p)]
+    return left
+
+
+def kill_leftovers(procs: list[dict], children: list[tuple[int, int | None]]) -> None:
+    """After a failed check: SIGKILL what is left, so one failure does not leak processes."""
+    for row in procs:
+        if process_start_ticks(row["pid"]) == row["start_ticks"]:
+            try:
+                os.killpg(row["pid"], signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    for p, ticks in children:
+        if ticks is not None and process_start_ticks(p) == ticks:
+            try:
+                os.kill(p, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
