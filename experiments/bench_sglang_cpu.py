@@ -4,9 +4,9 @@ Both servers are up side by side (one `--disaggregation-mode null` worker each, 
 same launch code as `moa-pd up`, SGLang with the CPU flags of sglang_backend/cpu.py); each
 repetition measures both, the order alternating (ref, sgl / sgl, ref / ...); the table gives
 medians and the median of the per-repetition ratios. While one engine is measured the other's
-process group is paused (SIGSTOP): SGLang's scheduler busy-polls when idle (unless started with
---sleep-on-idle, which the CPU flags do not set), and on 2 cores that would take a core from the
-engine being measured. Per engine:
+process group is paused (SIGSTOP): without --sleep-on-idle (which the CPU flags set since this
+benchmark found it) SGLang's scheduler busy-polls when idle, and on 2 cores that would take a
+core from the engine being measured; pausing keeps any leftover idle work out too. Per engine:
 
 - decode_tps: single-stream decode tok/s after the first token (streamed, greedy, ignore_eos);
 - multi_tps: aggregate tok/s of 8 concurrent streams (first request sent to last token back);

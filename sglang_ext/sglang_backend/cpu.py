@@ -10,9 +10,13 @@ from __future__ import annotations
 # Every worker. SGLang's CPU engine (SGLANG_USE_CPU_ENGINE=1) with torch-native attention and
 # sampling; no CUDA graphs; no server warm-up request (it would only cost start time);
 # float32 as the reference engine and transformers compute, so greedy ids compare exactly;
-# a small KV pool: the CPU engine sizes it from host memory otherwise.
+# a small KV pool: the CPU engine sizes it from host memory otherwise. --sleep-on-idle: an idle
+# scheduler otherwise busy-polls its sockets and spins a whole core (measured: 1.01 cores), so a
+# PD pair on a 2-core machine would take both cores while doing nothing; it sleeps only when
+# fully idle (no queued request, no KV transfer in flight) and wakes on the next request.
 COMMON_FLAGS: tuple[str, ...] = (
     "--device", "cpu",
+    "--sleep-on-idle",
     "--attention-backend", "torch_native",
     "--sampling-backend", "pytorch",
     "--skip-server-warmup",
