@@ -1,0 +1,50 @@
+"""`moa-pd microbench --backend sglang` on GPUs (marker `gpu`, issue 12 item 5: the validation
+must run the microbench on SGLang, not only on the reference engine). A module of its own, so the
+PD pair of tests/test_sglang_gpu.py has given its GPUs back before this one starts workers on
+them. The same command and checks as tests/test_sglang_cpu_microbench.py, which runs them on
+SGLang's CPU path in CI; here each worker gets a GPU (launch.gpus) and real weights."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from test_sglang_gpu import gpus, model_dir, sglang_case  # noqa: F401 (fixtures)
+
+from experiments.microbench import sample_prompts, warm_prefix_lengths
+from experiments.microbench_deploy import vocab_size
+from launch.procs import port_in_use
+
+pytestmark = pytest.mark.gpu
+
+MAX_LEN, CHUNK, SEED, PROMPTS = 2048, 256, 0, 4
+
+
+def test_microbench_on_sglang_gpus_hits_its_warmups(gpus, model_dir, tmp_path):  # noqa: F811
+    variants = "incremental,pd"
+    if gpus < 2:
+        pytest.skip(f"needs 2 GPUs for a PD pair (found {gpus})")
+    out = tmp_path / "mb"
+    cmd = [sys.executable, "-c", "import sys; from launch.cli import main; sys.exit(main())",
+           "microbench", "--backend", "sglang", "--model-path", model_dir, "--out", str(out),
+           "--num-prompts", str(PROMPTS), "--max-len", str(MAX_LEN), "--output-len", "8",
+           "--warm-chunk", str(CHUNK), "--seed", str(SEED), "--variants", variants]
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
+    rows = [json.loads(line) for line in (out / "microbench.jsonl").open()]
+    prompts = sample_prompts(PROMPTS, MAX_LEN, vocab_size(model_dir), SEED)
+    by_variant: dict[str, list[dict]] = {}
+    for row in rows:
+        by_variant.setdefault(row["variant"], []).append(row)
+    assert set(by_variant) == set(variants.split(","))
+    assert len(by_variant["incremental"]) == PROMPTS
+    for row in by_variant["incremental"]:
+        warmed = warm_prefix_lengths(len(prompts[row["prompt_index"]]), CHUNK)
+        assert row["cached_tokens"] == (warmed[-1] if warmed else 0), row
+    assert all(row["cached_tokens"] == 0 for row in by_variant["pd"])  # flushed between variants
+    assert (out / "fig_microbench.png").exists()
+    argv = (out / "logs" / "pd.prefill.log").read_text().splitlines()[0].split()
+    assert argv[argv.index("--backend") + 1] == "sglang" and "--base-gpu-id" in argv
+    assert not port_in_use(int(argv[argv.index("--port") + 1])), "a worker outlived the command"
