@@ -31,6 +31,11 @@ from sglang_ext.sglang_backend import cpu
 
 log = logging.getLogger(__name__)
 PY = sys.executable
+# SGLang's /health is a one-token generation queued behind the running batch: ~1 s on a GPU, up
+# to ~4.5 s behind a 1,024-token prefill on its CPU path. Measured: a 2.5 s probe called a busy
+# CPU prefill worker hung (tree_3_1_cpu #3). Two misses of 5 s call a hung SGLang worker down
+# in at most ~11 s.
+SGLANG_HEALTH_PROBE_S = 5.0
 
 
 @dataclass(slots=True)
@@ -204,6 +209,8 @@ class Stack:
             "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
             "warmup_verb": self.warmup_verb,
             "configs": self.config_paths,
+            **({"timeouts": {"health_probe_s": SGLANG_HEALTH_PROBE_S}}
+               if self.backend == "sglang" else {}),
         }
 
     def _processes(self, model: str) -> dict[str, dict]:

@@ -30,6 +30,11 @@ class Timeouts(_Strict):
     # a driver that never sends it, fails the successor instead of hanging it).
     precursor_wait_s: float = Field(default=1800.0, gt=0)
     abort_s: float = Field(default=5.0, gt=0)
+    # A worker's /health must answer within this; two misses in a row and it counts as hung.
+    # The reference engine answers from its HTTP loop at once. SGLang's /health runs a one-token
+    # generation behind the running batch (>= 1 s, seconds behind a long CPU prefill), so the
+    # launcher writes SGLANG_HEALTH_PROBE_S for SGLang workers (launch/stack.py).
+    health_probe_s: float = Field(default=2.5, gt=0)
     # A per-agent session stays this long after its last request, for agents that arrive late.
     session_linger_s: float = Field(default=30.0, ge=0)
 

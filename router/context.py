@@ -35,7 +35,7 @@ class RouterContext:
         self.cluster = cluster
         self.timeouts = cluster.timeouts
         # Probed by server.py's background task; sessions consult it and listen to it.
-        self.health = HealthWatch(cluster)
+        self.health = HealthWatch(cluster, timeout_s=cluster.timeouts.health_probe_s)
         self.client = SGLangClient(session, cluster.timeouts.connect_s, cluster.timeouts.read_s)
         rng = random.Random(seed)
         self.deployments = {

@@ -56,9 +56,10 @@ def _start_ticks(pid: int) -> int | None:
 class HealthWatch:
     cluster: ClusterSpec
     # A hung worker is called down after `hung_misses` probes in a row time out: at most
-    # interval + misses × (timeout + interval) ≈ 6.5 s, leaving its requests time to fail within
-    # issue 13's 10 s on a loaded machine. A busy reference engine still answers /health at once
-    # (the HTTP loop does not wait for a forward), so 2.5 s is not a false alarm under load.
+    # interval + misses × (timeout + interval) ≈ 6.5 s with the reference engine's 2.5 s
+    # (Timeouts.health_probe_s), leaving its requests time to fail within issue 13's 10 s on a
+    # loaded machine; a busy reference engine still answers /health at once (its HTTP loop does
+    # not wait for a forward). SGLang workers get a longer probe timeout, see Timeouts.
     interval_s: float = 0.5
     timeout_s: float = 2.5
     # A refused connection or an exited pid is down at once; a timeout (hung) after this many.

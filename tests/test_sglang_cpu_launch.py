@@ -13,7 +13,7 @@ import pytest
 import launch.gpus
 from launch.commands import make_stack
 from launch.procs import LaunchError
-from launch.stack import Stack
+from launch.stack import SGLANG_HEALTH_PROBE_S, Stack
 from launch.worker_cmd import router_argv
 from router.cluster import ClusterSpec
 from router.config_loader import load_config
@@ -63,6 +63,16 @@ def test_up_writes_the_warmup_verb_for_the_shell_router(tmp_path):
         stack = Stack([cfg], [], "torch", tmp_path, warmup_verb=verb)
         stack.plan()
         assert ClusterSpec.model_validate(stack.cluster()).warmup_verb == verb
+
+
+def test_sglang_workers_get_the_longer_health_probe(tmp_path):
+    """SGLang's /health is a generation behind the running batch: a 2.5 s probe called a busy
+    CPU prefill worker hung, so the launcher gives SGLang workers SGLANG_HEALTH_PROBE_S."""
+    cfg, _ = cpu_config(tmp_path)
+    for backend, probe_s in (("torch", 2.5), ("sglang", SGLANG_HEALTH_PROBE_S)):
+        stack = Stack([cfg], [], backend, tmp_path)
+        stack.plan()
+        assert ClusterSpec.model_validate(stack.cluster()).timeouts.health_probe_s == probe_s
 
 
 def test_the_one_router_command_line():
