@@ -68,12 +68,23 @@ async def run_all(cluster: dict, config: str, questions, budget_s: float, log) -
                 )
                 e2e = time.perf_counter() - t0
                 graded = score(q, out["answer"])
-                rows.append({"id": q.id, "ee": ee, "first": ee == (i % 2 == 1), "e2e_s": e2e,
-                             "correct": graded.correct, "answer": graded.extracted,
-                             "trace": out["trace"], "early_exit": out["early_exit"]})
+                rows.append(
+                    {
+                        "id": q.id,
+                        "ee": ee,
+                        "first": ee == (i % 2 == 1),
+                        "e2e_s": e2e,
+                        "correct": graded.correct,
+                        "answer": graded.extracted,
+                        "trace": out["trace"],
+                        "early_exit": out["early_exit"],
+                    }
+                )
                 n_exit = sum(d["exited"] for d in out["early_exit"])
-                log(f"{q.id} ee={'on ' if ee else 'off'} {e2e:6.1f}s exits={n_exit} "
-                    f"correct={graded.correct}")
+                log(
+                    f"{q.id} ee={'on ' if ee else 'off'} {e2e:6.1f}s exits={n_exit} "
+                    f"correct={graded.correct}"
+                )
     return rows
 
 
@@ -91,8 +102,10 @@ def report(rows: list[dict], cfg, meta: dict) -> str:
     exits = [d for d in decisions if d["exited"]]
     moot = sum(bool(d.get("moot")) for d in decisions)
     compute = [100 * sum(d["seconds"] for d in on[i]["early_exit"]) / on[i]["e2e_s"] for i in ids]
-    critical = [100 * sum(d["wall_s"] for d in on[i]["early_exit"] if d["exited"])
-                / on[i]["e2e_s"] for i in ids]
+    critical = [
+        100 * sum(d["wall_s"] for d in on[i]["early_exit"] if d["exited"]) / on[i]["e2e_s"]
+        for i in ids
+    ]
     total_on = sum(on[i]["e2e_s"] for i in ids)
     pooled_compute = 100 * sum(d["seconds"] for d in decisions) / total_on if ids else float("nan")
     pooled_critical = 100 * sum(d["wall_s"] for d in exits) / total_on if ids else float("nan")
@@ -106,38 +119,60 @@ def report(rows: list[dict], cfg, meta: dict) -> str:
     lines = [
         f"### Early exit end to end: {cfg.name}, GSM8K, pipelined ({meta['device']})",
         "",
-        (f"{len(ids)} questions ({ids[0] if ids else '-'} .. {ids[-1] if ids else '-'}); every "
-        "measurement on cold caches (all workers flushed first), EE off/on order alternating "
-        f"per question; max_new_tokens {cfg.sampling.max_new_tokens} (leaves 48/96/160), method "
-        f"{ee.method}, tau {ee.tau}, exponent {ee.exponent}, min_completed {ee.min_completed}, "
-        f"embedder {ee.embedding_model}."),
-        "", provenance(meta), "",
+        (
+            f"{len(ids)} questions ({ids[0] if ids else '-'} .. {ids[-1] if ids else '-'}); every "
+            "measurement on cold caches (all workers flushed first), EE off/on order alternating "
+            f"per question; max_new_tokens {cfg.sampling.max_new_tokens} (leaves 48/96/160), method "
+            f"{ee.method}, tau {ee.tau}, exponent {ee.exponent}, min_completed {ee.min_completed}, "
+            f"embedder {ee.embedding_model}."
+        ),
+        "",
+        provenance(meta),
+        "",
         "| metric | value |",
         "|---|---|",
-        (f"| **latency EE on ÷ off**, median of paired per-question ratios [95% bootstrap CI] | "
-        f"**{median(ratios):.3f}** {_ci(bootstrap_ci(ratios))} |"),
-        (f"| e2e latency median, EE off / on (s) | "
-        f"{median([off[i]['e2e_s'] for i in ids]):.2f} / "
-        f"{median([on[i]['e2e_s'] for i in ids]):.2f} |"),
-        (f"| ratio when off ran first / when on ran first (medians) | "
-        f"{median([r for r, i in zip(ratios, ids) if not on[i]['first']]):.3f} / "
-        f"{median([r for r, i in zip(ratios, ids) if on[i]['first']]):.3f} |"),
-        (f"| EE decisions: all / drew a Q / exits / moot | {len(decisions)} / "
-        f"{len(drawn) + moot} / {len(exits)} / {moot} |"),
-        (f"| **exit rate** (exits ÷ decisions that drew, moot left out) | "
-        f"**{100 * len(exits) / len(drawn) if drawn else float('nan'):.1f}%** |"),
+        (
+            f"| **latency EE on ÷ off**, median of paired per-question ratios [95% bootstrap CI] | "
+            f"**{median(ratios):.3f}** {_ci(bootstrap_ci(ratios))} |"
+        ),
+        (
+            f"| e2e latency median, EE off / on (s) | "
+            f"{median([off[i]['e2e_s'] for i in ids]):.2f} / "
+            f"{median([on[i]['e2e_s'] for i in ids]):.2f} |"
+        ),
+        (
+            f"| ratio when off ran first / when on ran first (medians) | "
+            f"{median([r for r, i in zip(ratios, ids) if not on[i]['first']]):.3f} / "
+            f"{median([r for r, i in zip(ratios, ids) if on[i]['first']]):.3f} |"
+        ),
+        (
+            f"| EE decisions: all / drew a Q / exits / moot | {len(decisions)} / "
+            f"{len(drawn) + moot} / {len(exits)} / {moot} |"
+        ),
+        (
+            f"| **exit rate** (exits ÷ decisions that drew, moot left out) | "
+            f"**{100 * len(exits) / len(drawn) if drawn else float('nan'):.1f}%** |"
+        ),
         f"| agents killed | {sum(len(d['killed']) for d in exits)} |",
-        (f"| accuracy EE off / on | {100 * sum(acc_off) / len(ids):.0f}% / "
-        f"{100 * sum(acc_on) / len(ids):.0f}% (only on correct {test.only_a}, only off "
-        f"{test.only_b}, McNemar exact p = {test.p_value:.2f}) |"),
-        (f"| EE decision compute ÷ e2e: pooled / median per question / max | "
-        f"{pooled_compute:.2f}% / {median(compute):.2f}% / {max(compute, default=float('nan')):.2f}% |"),
-        (f"| **EE on the critical path** (exiting decisions' wall time ÷ e2e): pooled / median / max"
-        f" | **{pooled_critical:.2f}%** / {median(critical):.2f}% / "
-        f"{max(critical, default=float('nan')):.2f}% |"),
-        (f"| time per decision that drew, median / max (ms) | "
-        f"{1e3 * median([d['seconds'] for d in drawn]):.1f} / "
-        f"{1e3 * max((d['seconds'] for d in drawn), default=float('nan')):.1f} |"),
+        (
+            f"| accuracy EE off / on | {100 * sum(acc_off) / len(ids):.0f}% / "
+            f"{100 * sum(acc_on) / len(ids):.0f}% (only on correct {test.only_a}, only off "
+            f"{test.only_b}, McNemar exact p = {test.p_value:.2f}) |"
+        ),
+        (
+            f"| EE decision compute ÷ e2e: pooled / median per question / max | "
+            f"{pooled_compute:.2f}% / {median(compute):.2f}% / {max(compute, default=float('nan')):.2f}% |"
+        ),
+        (
+            f"| **EE on the critical path** (exiting decisions' wall time ÷ e2e): pooled / median / max"
+            f" | **{pooled_critical:.2f}%** / {median(critical):.2f}% / "
+            f"{max(critical, default=float('nan')):.2f}% |"
+        ),
+        (
+            f"| time per decision that drew, median / max (ms) | "
+            f"{1e3 * median([d['seconds'] for d in drawn]):.1f} / "
+            f"{1e3 * max((d['seconds'] for d in drawn), default=float('nan')):.1f} |"
+        ),
         *[f"| activation %, model {m} | {v:.1f} |" for m, v in act.items()],
         *[f"| activation %, layer {k} | {v:.1f} |" for k, v in layers.items()],
     ]

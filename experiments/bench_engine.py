@@ -47,14 +47,26 @@ class HFTimer:
         self.stamps = []
         ids = self.torch.tensor([prompt])
         with self.torch.inference_mode():
-            self.model.generate(ids, attention_mask=self.torch.ones_like(ids), max_new_tokens=n,
-                                min_new_tokens=n, do_sample=False, streamer=self,
-                                pad_token_id=0)
+            self.model.generate(
+                ids,
+                attention_mask=self.torch.ones_like(ids),
+                max_new_tokens=n,
+                min_new_tokens=n,
+                do_sample=False,
+                streamer=self,
+                pad_token_id=0,
+            )
         return (n - 1) / (self.stamps[-1] - self.stamps[1])
 
 
-async def one_rep(s: aiohttp.ClientSession, url: str, hf: HFTimer, kv_shape: tuple, prompts: dict,
-                  a: argparse.Namespace) -> dict:
+async def one_rep(
+    s: aiohttp.ClientSession,
+    url: str,
+    hf: HFTimer,
+    kv_shape: tuple,
+    prompts: dict,
+    a: argparse.Namespace,
+) -> dict:
     n, out = a.decode_tokens, {}
     await flush(s, url)
     r = await stream_generate(s, url, generate_body(prompts["short"][0], n))
@@ -63,8 +75,9 @@ async def one_rep(s: aiohttp.ClientSession, url: str, hf: HFTimer, kv_shape: tup
     out["hf_decode_tps"] = hf.decode_tps(prompts["short"][0], n)
     await flush(s, url)
     t0 = time.perf_counter()
-    await asyncio.gather(*(stream_generate(s, url, generate_body(p, n))
-                           for p in prompts["short"][: a.streams]))
+    await asyncio.gather(
+        *(stream_generate(s, url, generate_body(p, n)) for p in prompts["short"][: a.streams])
+    )
     out["engine_multi_tps"] = a.streams * n / (time.perf_counter() - t0)
     long = prompts["long"].pop()
     await flush(s, url)
@@ -89,14 +102,17 @@ def random_prompts(count: int, length: int, vocab: int, rng: random.Random) -> l
     return [[rng.randrange(LOW_TOKEN_ID, vocab) for _ in range(length)] for _ in range(count)]
 
 
-async def run_reps(url: str, hf: HFTimer, kv_shape: tuple, a: argparse.Namespace,
-                   vocab: int) -> list[dict]:
+async def run_reps(
+    url: str, hf: HFTimer, kv_shape: tuple, a: argparse.Namespace, vocab: int
+) -> list[dict]:
     from tqdm import tqdm
 
     rng = random.Random(a.seed)
     # 16-token prompts keep (a) and (b) decode-dominated; each rep gets a fresh long prompt.
-    prompts = {"short": random_prompts(a.streams, 16, vocab, rng),
-               "long": random_prompts(a.reps, a.prompt_len, vocab, rng)}
+    prompts = {
+        "short": random_prompts(a.streams, 16, vocab, rng),
+        "long": random_prompts(a.reps, a.prompt_len, vocab, rng),
+    }
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as s:
         # One-off costs of first calls (allocator, lazy init, NIXL connection): not measured.
         await stream_generate(s, url, generate_body(prompts["short"][0], 4))
@@ -116,48 +132,87 @@ def medians(rows: list[dict]) -> dict:
 
 
 # goal -> (numerator, denominator) of its ratio, keys of one repetition's measurements
-RATIOS = {"a": ("engine_decode_tps", "hf_decode_tps"),
-          "b": ("engine_multi_tps", "engine_1stream_tps"),
-          "c": ("cached_prefill_s", "cold_prefill_s"),
-          "d": ("nixl_transfer_s", "cold_prefill_s")}
+RATIOS = {
+    "a": ("engine_decode_tps", "hf_decode_tps"),
+    "b": ("engine_multi_tps", "engine_1stream_tps"),
+    "c": ("cached_prefill_s", "cold_prefill_s"),
+    "d": ("nixl_transfer_s", "cold_prefill_s"),
+}
 
 
-def report(m: dict, rows: list[dict], a: argparse.Namespace, command: str, load: list[str],
-           kv_bytes: int) -> str:
+def report(
+    m: dict, rows: list[dict], a: argparse.Namespace, command: str, load: list[str], kv_bytes: int
+) -> str:
     of_medians = {k: m[num] / m[den] for k, (num, den) in RATIOS.items()}
     # The headline ratio pairs ours with its baseline within each repetition, then takes the
     # median: robust to the shared box slowing one whole repetition.
     per_rep = {k: [r[num] / r[den] for r in rows] for k, (num, den) in RATIOS.items()}
     ratios = {k: statistics.median(v) for k, v in per_rep.items()}
-    what = {"a": ("single-stream decode tok/s: engine vs transformers generate",
-                  m["engine_decode_tps"], m["hf_decode_tps"]),
-            "b": (f"aggregate tok/s: {a.streams} streams vs 1", m["engine_multi_tps"],
-                  m["engine_1stream_tps"]),
-            "c": (f"prefill s, {a.prompt_len}-token prompt: {a.cached_len} cached vs cold",
-                  m["cached_prefill_s"], m["cold_prefill_s"]),
-            "d": ((f"NIXL KV transfer s of {a.prompt_len} tokens ({kv_bytes / 2**20:.1f} MiB) "
-                   "vs cold prefill s"), m["nixl_transfer_s"], m["cold_prefill_s"])}
-    lines = [("| | measure | ours (median) | baseline (median) | ratio (median of per-rep) | "
-              "per-rep ratios | ratio of medians | goal | met |"),
-             "|---|---|---|---|---|---|---|---|---|"]
+    what = {
+        "a": (
+            "single-stream decode tok/s: engine vs transformers generate",
+            m["engine_decode_tps"],
+            m["hf_decode_tps"],
+        ),
+        "b": (
+            f"aggregate tok/s: {a.streams} streams vs 1",
+            m["engine_multi_tps"],
+            m["engine_1stream_tps"],
+        ),
+        "c": (
+            f"prefill s, {a.prompt_len}-token prompt: {a.cached_len} cached vs cold",
+            m["cached_prefill_s"],
+            m["cold_prefill_s"],
+        ),
+        "d": (
+            (
+                f"NIXL KV transfer s of {a.prompt_len} tokens ({kv_bytes / 2**20:.1f} MiB) "
+                "vs cold prefill s"
+            ),
+            m["nixl_transfer_s"],
+            m["cold_prefill_s"],
+        ),
+    }
+    lines = [
+        (
+            "| | measure | ours (median) | baseline (median) | ratio (median of per-rep) | "
+            "per-rep ratios | ratio of medians | goal | met |"
+        ),
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for k, (label, ours, base) in what.items():
         op, goal = GOALS[k]
         met = ratios[k] >= goal if op == ">=" else ratios[k] <= goal
         goal_s = f"{op} {goal:g}x" if op == ">=" else f"{op} {goal:.0%}"
         fmt = "{:.2f}x".format if op == ">=" else "{:.1%}".format
         reps = ", ".join(fmt(x) for x in per_rep[k])
-        lines.append(f"| ({k}) | {label} | {ours:.4g} | {base:.4g} | {fmt(ratios[k])} | {reps} | "
-                     f"{fmt(of_medians[k])} | {goal_s} | {'yes' if met else 'no'} |")
-    lines += ["", (f"{a.reps} repetitions, interleaved (a, b, c, d in each), medians; decode "
-                   f"{a.decode_tokens} tokens from 16-token prompts, greedy, ignore_eos; "
-                   f"cached_tokens per rep: {[r['cached_tokens'] for r in rows]}; prefill = "
-                   "server e2e_latency of a max_new_tokens=1 request; (d) = two processes, "
-                   "engine's KVSender/KVReceiver, send() to decode seeing Success, consecutive "
-                   "pages; OMP_NUM_THREADS=1 everywhere."),
-              "", "Raw per repetition:", "", "```"]
+        lines.append(
+            f"| ({k}) | {label} | {ours:.4g} | {base:.4g} | {fmt(ratios[k])} | {reps} | "
+            f"{fmt(of_medians[k])} | {goal_s} | {'yes' if met else 'no'} |"
+        )
+    lines += [
+        "",
+        (
+            f"{a.reps} repetitions, interleaved (a, b, c, d in each), medians; decode "
+            f"{a.decode_tokens} tokens from 16-token prompts, greedy, ignore_eos; "
+            f"cached_tokens per rep: {[r['cached_tokens'] for r in rows]}; prefill = "
+            "server e2e_latency of a max_new_tokens=1 request; (d) = two processes, "
+            "engine's KVSender/KVReceiver, send() to decode seeing Success, consecutive "
+            "pages; OMP_NUM_THREADS=1 everywhere."
+        ),
+        "",
+        "Raw per repetition:",
+        "",
+        "```",
+    ]
     lines += [", ".join(f"{k}={v:.4g}" for k, v in r.items()) for r in rows]
-    lines += ["```", "", f"Load (uptime) at start: `{load[0]}`; at end: `{load[1]}`", "",
-              f"Command: `{command}`"]
+    lines += [
+        "```",
+        "",
+        f"Load (uptime) at start: `{load[0]}`; at end: `{load[1]}`",
+        "",
+        f"Command: `{command}`",
+    ]
     return "\n".join(lines)
 
 
@@ -185,16 +240,22 @@ def main(args: argparse.Namespace) -> int:
     load = [uptime()]
     model_dir = resolve(args.model_path)
     cfg = ModelConfig.from_hf(read_hf_config(model_dir))
-    spec = worker_spec("bench.null", model_dir, "null", "127.0.0.1",
-                       {"max_total_tokens": 8192, "context_length": 2048})
+    spec = worker_spec(
+        "bench.null",
+        model_dir,
+        "null",
+        "127.0.0.1",
+        {"max_total_tokens": 8192, "context_length": 2048},
+    )
     log_dir = Path(args.out or "/tmp") / "bench_engine_logs"
     proc = start(spec, log_dir)
     try:
         hf = HFTimer(model_dir)
         wait_healthy([proc], 600)
         shape = (cfg.num_layers, 2, args.prompt_len, cfg.num_kv_heads, cfg.head_dim)
-        rows = asyncio.run(run_reps(spec.health_url.removesuffix("/health"), hf, shape, args,
-                                    cfg.vocab_size))
+        rows = asyncio.run(
+            run_reps(spec.health_url.removesuffix("/health"), hf, shape, args, cfg.vocab_size)
+        )
         kv_bytes = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 4 * args.prompt_len
     finally:
         stop_group(proc.pid)
@@ -206,8 +267,13 @@ def main(args: argparse.Namespace) -> int:
         out = Path(args.out)
         out.mkdir(parents=True, exist_ok=True)
         (out / "bench_engine.md").write_text(text + "\n")
-        raw = {"rows": rows, "load": load, "command": command, "kv_bytes": kv_bytes,
-               "args": {k: v for k, v in vars(args).items() if k != "func"}}
+        raw = {
+            "rows": rows,
+            "load": load,
+            "command": command,
+            "kv_bytes": kv_bytes,
+            "args": {k: v for k, v in vars(args).items() if k != "func"},
+        }
         (out / "bench_engine.json").write_text(json.dumps(raw, indent=2) + "\n")
     return 0
 

@@ -66,10 +66,25 @@ def start_routers(cluster_path: Path, config: Path, out: Path) -> tuple[dict[str
         path = out / f"cluster_{rung.strip('#')}.json"
         path.write_text(json.dumps({**base, **overrides}, indent=1))
         port = free_port()
-        argv = [sys.executable, "-m", "router", "--cluster", str(path), "--config",
-                str(config), "--port", str(port), "--log-level", "WARNING"]
-        procs.append(start(ProcSpec(f"router_{rung.strip('#')}", argv,
-                                    f"http://127.0.0.1:{port}/health"), out / "logs"))
+        argv = [
+            sys.executable,
+            "-m",
+            "router",
+            "--cluster",
+            str(path),
+            "--config",
+            str(config),
+            "--port",
+            str(port),
+            "--log-level",
+            "WARNING",
+        ]
+        procs.append(
+            start(
+                ProcSpec(f"router_{rung.strip('#')}", argv, f"http://127.0.0.1:{port}/health"),
+                out / "logs",
+            )
+        )
         urls[rung] = f"http://127.0.0.1:{port}"
     wait_healthy(procs, 120)
     return urls, procs
@@ -80,40 +95,56 @@ async def run(cluster: dict, urls: dict[str, str], cfg_name: str, questions, out
     with (out / "ladder.jsonl").open("w") as f:
         for i, q in enumerate(questions):
             rungs = list(RUNGS)
-            rungs = rungs[i % len(rungs):] + rungs[:i % len(rungs)]
+            rungs = rungs[i % len(rungs) :] + rungs[: i % len(rungs)]
             for rung in rungs:
                 async with RouterClient(urls[rung]) as client:
                     await flush_worker_caches(client, cluster)
                     t0 = time.perf_counter()
-                    g = await client.run_graph(build_question_prompt(q), q.id, cfg_name,
-                                               RUNGS[rung][0], False)
+                    g = await client.run_graph(
+                        build_question_prompt(q), q.id, cfg_name, RUNGS[rung][0], False
+                    )
                     e2e = time.perf_counter() - t0
                 leaves = [a for a in g["trace"].values() if not a["slot_order"]]
-                row = {"id": q.id, "rung": rung, "e2e_s": e2e,
-                       "leaf_first_token_s": max(a["first_token_s"] for a in leaves),
-                       "leaf_end_s": max(a["end_s"] for a in leaves)}
+                row = {
+                    "id": q.id,
+                    "rung": rung,
+                    "e2e_s": e2e,
+                    "leaf_first_token_s": max(a["first_token_s"] for a in leaves),
+                    "leaf_end_s": max(a["end_s"] for a in leaves),
+                }
                 rows.append(row)
                 f.write(json.dumps(row) + "\n")
-                log(f"{q.id} {rung:9s} e2e {e2e:6.1f}s  last leaf first token "
-                    f"{row['leaf_first_token_s']:5.2f}s")
+                log(
+                    f"{q.id} {rung:9s} e2e {e2e:6.1f}s  last leaf first token "
+                    f"{row['leaf_first_token_s']:5.2f}s"
+                )
     return rows
 
 
 def report(rows: list[dict], meta: dict) -> str:
     by = {(r["id"], r["rung"]): r for r in rows}
     ids = sorted({r["id"] for r in rows})
-    lines = [(f"### Warm-up isolation ladder: {meta['config']}, GSM8K {ids[0]}..{ids[-1]} "
-              f"({len(ids)} questions, CPU)"), "",
-             provenance(meta), "",
-             "| rung | leaves' first token ÷ #2, median [95% CI] | e2e ÷ #2, median [95% CI] |",
-             "|---|---|---|"]
+    lines = [
+        (
+            f"### Warm-up isolation ladder: {meta['config']}, GSM8K {ids[0]}..{ids[-1]} "
+            f"({len(ids)} questions, CPU)"
+        ),
+        "",
+        provenance(meta),
+        "",
+        "| rung | leaves' first token ÷ #2, median [95% CI] | e2e ÷ #2, median [95% CI] |",
+        "|---|---|---|",
+    ]
     for rung in RUNGS:
         if rung == "#2":
             continue
         cells = []
         for key in ("leaf_first_token_s", "e2e_s"):
-            xs = [by[(i, rung)][key] / by[(i, "#2")][key] for i in ids
-                  if (i, rung) in by and (i, "#2") in by]
+            xs = [
+                by[(i, rung)][key] / by[(i, "#2")][key]
+                for i in ids
+                if (i, rung) in by and (i, "#2") in by
+            ]
             m, lo, hi = median_ci(xs) if xs else (np.nan, np.nan, np.nan)
             cells.append(f"{m:.3f} [{lo:.3f}, {hi:.3f}]")
         lines.append(f"| {rung} | {cells[0]} | {cells[1]} |")
@@ -131,7 +162,7 @@ def main() -> None:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     config = priority_config(args.config, out)
-    questions = load_questions("gsm8k", args.offset + args.num_samples)[args.offset:]
+    questions = load_questions("gsm8k", args.offset + args.num_samples)[args.offset :]
     bench = BenchRun("experiments.bench_gate_ladder")
     stack = make_stack([str(config)], "torch", out / "deploy", "127.0.0.1")
     procs = []

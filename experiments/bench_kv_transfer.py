@@ -51,8 +51,7 @@ class KVTransferTimer:
         return n_layers * kv2 * heads * dim * self.kv.element_size()
 
     def __enter__(self) -> KVTransferTimer:  # noqa: PYI034 - final in practice
-        self.mgr = KVManager("prefill", self.kv, host="127.0.0.1", bootstrap_port=None,
-                             page_size=1)
+        self.mgr = KVManager("prefill", self.kv, host="127.0.0.1", bootstrap_port=None, page_size=1)
         addr = f"127.0.0.1:{self.mgr.bootstrap_port}"
         ctx = mp.get_context("spawn")
         self._conn, child = ctx.Pipe()

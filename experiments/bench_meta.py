@@ -31,11 +31,17 @@ class BenchRun:
         return " ".join(["python -m", self.module, shlex.join(self.argv)]).rstrip()
 
     def meta(self, **extra) -> dict:
-        return {"command": self.command, "load_before": self.load_before, "load_after": _load(),
-                **extra}
+        return {
+            "command": self.command,
+            "load_before": self.load_before,
+            "load_after": _load(),
+            **extra,
+        }
 
 
 def provenance(meta: dict) -> str:
     """The report line that makes a number reproducible."""
-    return (f"Command: `{meta['command']}`; load average before {meta['load_before']}, "
-            f"after {meta['load_after']}.")
+    return (
+        f"Command: `{meta['command']}`; load average before {meta['load_before']}, "
+        f"after {meta['load_after']}."
+    )

@@ -63,11 +63,12 @@ async def concurrency_1(client, cluster, cfg_name, questions, writer) -> None:
         log(f"c1 {q.id}: #2 {times[2]:6.1f}s  #3 {times[3]:6.1f}s  ratio {times[3] / times[2]:.3f}")
 
 
-async def concurrency_n(client, cluster, cfg_name, questions, writer, n: int,
-                        block: int) -> list[dict]:
+async def concurrency_n(
+    client, cluster, cfg_name, questions, writer, n: int, block: int
+) -> list[dict]:
     """Blocks of `block` questions with `n` in flight; returns one record per (block, setting)."""
     records = []
-    blocks = [questions[i:i + block] for i in range(0, len(questions), block)]
+    blocks = [questions[i : i + block] for i in range(0, len(questions), block)]
     for b, qs in enumerate(blocks):
         order = (BLOCKING, PIPELINED) if b % 2 == 0 else (PIPELINED, BLOCKING)
         for setting in order:
@@ -83,8 +84,9 @@ async def concurrency_n(client, cluster, cfg_name, questions, writer, n: int,
             wall = time.perf_counter() - t0
             for row in rows:
                 writer.append({**row, "block": b})
-            records.append({"block": b, "setting": setting.number, "questions": len(qs),
-                            "wall_s": wall})
+            records.append(
+                {"block": b, "setting": setting.number, "questions": len(qs), "wall_s": wall}
+            )
             log(f"c{n} block {b} #{setting.number}: {len(qs)} questions in {wall:.1f}s")
     return records
 
@@ -116,16 +118,20 @@ def last_leaf_end(r: ResultRow) -> float | None:
 
 def successor_wait(r: ResultRow) -> float | None:
     """Σ over successors of final request → first token."""
-    waits = [a.first_token_s - a.final_request_s for a in r.agents.values()
-             if a.slot_order and a.first_token_s is not None and a.final_request_s is not None]
+    waits = [
+        a.first_token_s - a.final_request_s
+        for a in r.agents.values()
+        if a.slot_order and a.first_token_s is not None and a.final_request_s is not None
+    ]
     return sum(waits) if waits else None
 
 
 def same_final_tokens(rows: list[ResultRow]) -> tuple[int, int]:
     by = {(r.sample_id, r.setting): r for r in rows if r.ok}
     pairs = [(r, by[(sid, 2)]) for (sid, s), r in by.items() if s == 3 and (sid, 2) in by]
-    same = sum(all(a.output_ids == b.agents[k].output_ids for k, a in r3.agents.items())
-               for r3, b in pairs)
+    same = sum(
+        all(a.output_ids == b.agents[k].output_ids for k, a in r3.agents.items()) for r3, b in pairs
+    )
     return same, len(pairs)
 
 
@@ -140,20 +146,33 @@ def report(c1: list[ResultRow], c4: list[ResultRow], c4_blocks: list[dict], meta
     e2e = paired(c1, lambda r: r.e2e_s)
     gain = overlap_gain(c1, c1[0].dataset, 3, 2) if c1 else None
     same, n_pairs = same_final_tokens(c1)
-    lines = [(f"### Overlap end to end: {meta['config']}, {meta['dataset']} "
-              f"questions {meta['first']}..{meta['last']} ({meta['device']})"), "",
-             provenance(meta), "",
-             "| concurrency 1 (paired per question, #3 ÷ #2) | median [95% CI] |", "|---|---|",
-             f"| end-to-end latency ({len(e2e)} questions) | {fmt_ci(e2e)} |",
-             (f"| questions with ratio > 1.05 | {sum(x > 1.05 for x in e2e)} "
-              f"(max {max(e2e, default=float('nan')):.3f}) |"),
-             f"| last leaf's end | {fmt_ci(paired(c1, last_leaf_end))} |",
-             ("| successors' wait, final request → first token | "
-              f"{fmt_ci(paired(c1, successor_wait))} |")]
+    lines = [
+        (
+            f"### Overlap end to end: {meta['config']}, {meta['dataset']} "
+            f"questions {meta['first']}..{meta['last']} ({meta['device']})"
+        ),
+        "",
+        provenance(meta),
+        "",
+        "| concurrency 1 (paired per question, #3 ÷ #2) | median [95% CI] |",
+        "|---|---|",
+        f"| end-to-end latency ({len(e2e)} questions) | {fmt_ci(e2e)} |",
+        (
+            f"| questions with ratio > 1.05 | {sum(x > 1.05 for x in e2e)} "
+            f"(max {max(e2e, default=float('nan')):.3f}) |"
+        ),
+        f"| last leaf's end | {fmt_ci(paired(c1, last_leaf_end))} |",
+        (
+            "| successors' wait, final request → first token | "
+            f"{fmt_ci(paired(c1, successor_wait))} |"
+        ),
+    ]
     if gain:
-        lines.append(f"| realized ÷ possible gain (Σ over questions) | "
-                     f"**{gain.realized_over_possible:.2f}** ({gain.realized_s:.1f} s of "
-                     f"{gain.possible_s:.1f} s) |")
+        lines.append(
+            f"| realized ÷ possible gain (Σ over questions) | "
+            f"**{gain.realized_over_possible:.2f}** ({gain.realized_s:.1f} s of "
+            f"{gain.possible_s:.1f} s) |"
+        )
     lines.append(f"| identical tokens, every agent, #2 vs #3 | {same} of {n_pairs} questions |")
     for s in (2, 3):
         b = median_breakdown([r for r in c1 if r.setting == s])
@@ -161,14 +180,23 @@ def report(c1: list[ResultRow], c4: list[ResultRow], c4_blocks: list[dict], meta
             parts = ", ".join(f"{k} {v:.2f}" for k, v in b.items())
             lines.append(f"| critical path #{s}, median s | {parts} |")
     if c4_blocks:
-        tput = {s: sum(b["questions"] for b in c4_blocks if b["setting"] == s)
-                / sum(b["wall_s"] for b in c4_blocks if b["setting"] == s) for s in (2, 3)}
+        tput = {
+            s: sum(b["questions"] for b in c4_blocks if b["setting"] == s)
+            / sum(b["wall_s"] for b in c4_blocks if b["setting"] == s)
+            for s in (2, 3)
+        }
         lat = paired(c4, lambda r: r.e2e_s)
-        lines += ["", (f"| concurrency {meta['c4']} ({len(lat)} questions, blocks of "
-                       f"{meta['block']}) | value |"), "|---|---|",
-                  f"| throughput #2 / #3 (questions/s) | {tput[2]:.4f} / {tput[3]:.4f} |",
-                  f"| throughput #3 ÷ #2 | **{tput[3] / tput[2]:.3f}** |",
-                  f"| latency #3 ÷ #2, median of paired ratios [95% CI] | {fmt_ci(lat)} |"]
+        lines += [
+            "",
+            (
+                f"| concurrency {meta['c4']} ({len(lat)} questions, blocks of "
+                f"{meta['block']}) | value |"
+            ),
+            "|---|---|",
+            f"| throughput #2 / #3 (questions/s) | {tput[2]:.4f} / {tput[3]:.4f} |",
+            f"| throughput #3 ÷ #2 | **{tput[3] / tput[2]:.3f}** |",
+            f"| latency #3 ÷ #2, median of paired ratios [95% CI] | {fmt_ci(lat)} |",
+        ]
     return "\n".join(lines) + "\n"
 
 
@@ -189,7 +217,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     cfg = load_config(args.config)
     n = args.offset + max(args.num_samples, args.c4_samples)
-    questions = load_questions(args.dataset, n)[args.offset:]
+    questions = load_questions(args.dataset, n)[args.offset :]
     bench = BenchRun("experiments.bench_overlap")
     stack = make_stack([args.config], "torch", out / "deploy", "127.0.0.1", args.pin_cpus)
     for name in ("results.jsonl", "results_c4.jsonl"):
@@ -201,9 +229,15 @@ def main() -> None:
         stack.down()
     c1 = read_results(out / "results.jsonl")
     c4 = read_results(out / "results_c4.jsonl") if args.c4_samples else []
-    meta = bench.meta(config=cfg.name, dataset=args.dataset, first=questions[0].id,
-                    last=questions[-1].id, c4=args.concurrency, block=args.block,
-                    device=cpu_device(args.pin_cpus))
+    meta = bench.meta(
+        config=cfg.name,
+        dataset=args.dataset,
+        first=questions[0].id,
+        last=questions[-1].id,
+        c4=args.concurrency,
+        block=args.block,
+        device=cpu_device(args.pin_cpus),
+    )
     (out / "c4_blocks.json").write_text(json.dumps(blocks, indent=1))
     text = report(c1, c4, blocks, meta)
     print(text)
@@ -213,15 +247,27 @@ def main() -> None:
 async def _run(cluster: dict, cfg_name: str, questions: list[Question], args, out: Path):
     async with RouterClient(cluster["shell_router_url"]) as client:
         # Untimed: loads tokenizers in the router and warms the workers' code paths.
-        await run_one(client, cfg_name, Question("warmup", "What is 1 + 1?", "2", "gsm8k"),
-                      PIPELINED)
-        await concurrency_1(client, cluster, cfg_name, questions[:args.num_samples],
-                            ResultsWriter(out / "results.jsonl"))
+        await run_one(
+            client, cfg_name, Question("warmup", "What is 1 + 1?", "2", "gsm8k"), PIPELINED
+        )
+        await concurrency_1(
+            client,
+            cluster,
+            cfg_name,
+            questions[: args.num_samples],
+            ResultsWriter(out / "results.jsonl"),
+        )
         if not args.c4_samples:
             return []
-        return await concurrency_n(client, cluster, cfg_name, questions[:args.c4_samples],
-                                   ResultsWriter(out / "results_c4.jsonl"), args.concurrency,
-                                   args.block)
+        return await concurrency_n(
+            client,
+            cluster,
+            cfg_name,
+            questions[: args.c4_samples],
+            ResultsWriter(out / "results_c4.jsonl"),
+            args.concurrency,
+            args.block,
+        )
 
 
 if __name__ == "__main__":

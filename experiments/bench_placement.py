@@ -31,11 +31,14 @@ from router.config_loader import load_config
 VARIANTS = ("pinned", "unpinned")
 
 
-async def _run(clusters: dict[str, dict], cfg_name: str, questions: list[Question],
-               out: Path) -> None:
+async def _run(
+    clusters: dict[str, dict], cfg_name: str, questions: list[Question], out: Path
+) -> None:
     writers = {v: ResultsWriter(out / f"results_{v}.jsonl") for v in VARIANTS}
-    async with (RouterClient(clusters["pinned"]["shell_router_url"]) as pinned,
-                RouterClient(clusters["unpinned"]["shell_router_url"]) as unpinned):
+    async with (
+        RouterClient(clusters["pinned"]["shell_router_url"]) as pinned,
+        RouterClient(clusters["unpinned"]["shell_router_url"]) as unpinned,
+    ):
         clients = {"pinned": pinned, "unpinned": unpinned}
         warmup = Question("warmup", "What is 1 + 1?", "2", "gsm8k")
         for v in VARIANTS:  # untimed: tokenizers and code paths
@@ -48,27 +51,45 @@ async def _run(clusters: dict[str, dict], cfg_name: str, questions: list[Questio
                 row = await run_one(clients[v], cfg_name, q, PIPELINED)
                 writers[v].append(row)
                 times[v] = row["e2e_s"]
-            log(f"{q.id}: pinned {times['pinned']:6.1f}s  unpinned {times['unpinned']:6.1f}s  "
-                f"ratio {times['pinned'] / times['unpinned']:.3f}")
+            log(
+                f"{q.id}: pinned {times['pinned']:6.1f}s  unpinned {times['unpinned']:6.1f}s  "
+                f"ratio {times['pinned'] / times['unpinned']:.3f}"
+            )
 
 
 def report(out: Path, meta: dict) -> str:
-    rows = {v: {r.sample_id: r for r in read_results(out / f"results_{v}.jsonl") if r.ok}
-            for v in VARIANTS}
+    rows = {
+        v: {r.sample_id: r for r in read_results(out / f"results_{v}.jsonl") if r.ok}
+        for v in VARIANTS
+    }
     common = sorted(set(rows["pinned"]) & set(rows["unpinned"]))
 
     def ratios(metric) -> list[float]:
         return [metric(rows["pinned"][q]) / metric(rows["unpinned"][q]) for q in common]
 
-    same = sum(all(a.output_ids == rows["unpinned"][q].agents[k].output_ids
-                   for k, a in rows["pinned"][q].agents.items()) for q in common)
-    return "\n".join([
-        f"### Placement: {meta['config']}, setting #3, {len(common)} questions ({meta['device']})",
-        "", provenance(meta), "",
-        "| pinned ÷ unpinned (paired per question) | median [95% CI] |", "|---|---|",
-        f"| end-to-end latency | {fmt_ci(ratios(lambda r: r.e2e_s))} |",
-        f"| last leaf's end | {fmt_ci(ratios(last_leaf_end))} |",
-        f"| identical tokens, every agent | {same} of {len(common)} questions |"]) + "\n"
+    same = sum(
+        all(
+            a.output_ids == rows["unpinned"][q].agents[k].output_ids
+            for k, a in rows["pinned"][q].agents.items()
+        )
+        for q in common
+    )
+    return (
+        "\n".join(
+            [
+                f"### Placement: {meta['config']}, setting #3, {len(common)} questions ({meta['device']})",
+                "",
+                provenance(meta),
+                "",
+                "| pinned ÷ unpinned (paired per question) | median [95% CI] |",
+                "|---|---|",
+                f"| end-to-end latency | {fmt_ci(ratios(lambda r: r.e2e_s))} |",
+                f"| last leaf's end | {fmt_ci(ratios(last_leaf_end))} |",
+                f"| identical tokens, every agent | {same} of {len(common)} questions |",
+            ]
+        )
+        + "\n"
+    )
 
 
 def main() -> None:
@@ -85,10 +106,14 @@ def main() -> None:
     for v in VARIANTS:
         (out / f"results_{v}.jsonl").unlink(missing_ok=True)
     cfg = load_config(args.config)
-    questions = load_questions(args.dataset, args.offset + args.num_samples)[args.offset:]
+    questions = load_questions(args.dataset, args.offset + args.num_samples)[args.offset :]
     bench = BenchRun("experiments.bench_placement")
-    stacks = {v: make_stack([args.config], "torch", out / f"deploy_{v}", "127.0.0.1",
-                            pin_cpus=v == "pinned") for v in VARIANTS}
+    stacks = {
+        v: make_stack(
+            [args.config], "torch", out / f"deploy_{v}", "127.0.0.1", pin_cpus=v == "pinned"
+        )
+        for v in VARIANTS
+    }
     try:
         clusters = {v: bring_up(s) for v, s in stacks.items()}
         asyncio.run(_run(clusters, cfg.name, questions, out))

@@ -52,14 +52,17 @@ MEASURES = {
 MAX_TOTAL_TOKENS = 4096
 
 
-async def timed_prefill(s: aiohttp.ClientSession, url: str, prompt: list[int]) -> tuple[float, dict]:
+async def timed_prefill(
+    s: aiohttp.ClientSession, url: str, prompt: list[int]
+) -> tuple[float, dict]:
     t0 = time.perf_counter()
     reply = await post_json(s, f"{url}/generate", generate_body(prompt, 1))
     return time.perf_counter() - t0, reply[P.META_INFO]
 
 
-async def measure(s: aiohttp.ClientSession, url: str, prompts: dict, rep: int,
-                  a: argparse.Namespace) -> dict:
+async def measure(
+    s: aiohttp.ClientSession, url: str, prompts: dict, rep: int, a: argparse.Namespace
+) -> dict:
     """One repetition on one engine; every part starts from an empty radix cache."""
     n, out = a.decode_tokens, {}
     await flush(s, url)
@@ -69,8 +72,9 @@ async def measure(s: aiohttp.ClientSession, url: str, prompts: dict, rep: int,
     out["decode_tps"] = (n - 1) / (r.latency_s - r.ttft_s)
     await flush(s, url)
     t0 = time.perf_counter()
-    await asyncio.gather(*(stream_generate(s, url, generate_body(p, n))
-                           for p in prompts["short"][: a.streams]))
+    await asyncio.gather(
+        *(stream_generate(s, url, generate_body(p, n)) for p in prompts["short"][: a.streams])
+    )
     out["multi_tps"] = a.streams * n / (time.perf_counter() - t0)
     long = prompts["long"][rep]
     await flush(s, url)
@@ -120,13 +124,16 @@ def paused(pgids: list[int]):
             os.killpg(pgid, signal.SIGCONT)
 
 
-async def run(urls: dict[str, str], pgids: dict[str, int], a: argparse.Namespace,
-              vocab: int) -> tuple[list[dict], dict]:
+async def run(
+    urls: dict[str, str], pgids: dict[str, int], a: argparse.Namespace, vocab: int
+) -> tuple[list[dict], dict]:
     rng = random.Random(a.seed)
     # 16-token prompts keep decode dominant; each repetition gets a fresh long prompt, and one
     # more long prompt warms each engine up.
-    prompts = {"short": random_prompts(a.streams, 16, vocab, rng),
-               "long": random_prompts(a.reps + 1, a.prompt_len, vocab, rng)}
+    prompts = {
+        "short": random_prompts(a.streams, 16, vocab, rng),
+        "long": random_prompts(a.reps + 1, a.prompt_len, vocab, rng),
+    }
     rows = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as s:
         # One-off costs of first calls (allocators, lazy init, first long shapes): not measured.
@@ -134,12 +141,19 @@ async def run(urls: dict[str, str], pgids: dict[str, int], a: argparse.Namespace
             await stream_generate(s, url, generate_body(prompts["short"][0], 4))
             await timed_prefill(s, url, prompts["long"][-1])
         # Same weights, both fp32: greedy ids should agree (a sanity check, not a timing).
-        ids = {e: await greedy_ids(s, url, prompts["short"][0], a.decode_tokens)
-               for e, url in urls.items()}
-        same = next((i for i, (x, y) in enumerate(zip(*ids.values())) if x != y),
-                    min(map(len, ids.values())))
-        check = {"greedy_ids_equal_prefix": same, "of": a.decode_tokens,
-                 "idle_cores": await idle_cpu(pgids)}
+        ids = {
+            e: await greedy_ids(s, url, prompts["short"][0], a.decode_tokens)
+            for e, url in urls.items()
+        }
+        same = next(
+            (i for i, (x, y) in enumerate(zip(*ids.values())) if x != y),
+            min(map(len, ids.values())),
+        )
+        check = {
+            "greedy_ids_equal_prefix": same,
+            "of": a.decode_tokens,
+            "idle_cores": await idle_cpu(pgids),
+        }
         for rep in range(a.reps):
             order = list(ENGINES) if rep % 2 == 0 else list(ENGINES)[::-1]
             row: dict = {"rep": rep, "order": " ".join(order)}
@@ -147,8 +161,10 @@ async def run(urls: dict[str, str], pgids: dict[str, int], a: argparse.Namespace
                 with paused([pg for e, pg in pgids.items() if e != engine]):
                     m = await measure(s, urls[engine], prompts, rep, a)
                 row.update({f"{engine}.{k}": v for k, v in m.items()})
-                print(f"rep {rep} {engine}: " + ", ".join(f"{k}={v:.4g}" for k, v in m.items()),
-                      flush=True)
+                print(
+                    f"rep {rep} {engine}: " + ", ".join(f"{k}={v:.4g}" for k, v in m.items()),
+                    flush=True,
+                )
             rows.append(row)
     return rows, check
 
@@ -156,42 +172,69 @@ async def run(urls: dict[str, str], pgids: dict[str, int], a: argparse.Namespace
 def ratios(rows: list[dict], key: str) -> list[float]:
     """reference ÷ SGLang per repetition, oriented so that > 1 means the reference is better."""
     higher = MEASURES[key][1]
-    return [r[f"reference.{key}"] / r[f"sglang.{key}"] if higher
-            else r[f"sglang.{key}"] / r[f"reference.{key}"] for r in rows]
+    return [
+        r[f"reference.{key}"] / r[f"sglang.{key}"]
+        if higher
+        else r[f"sglang.{key}"] / r[f"reference.{key}"]
+        for r in rows
+    ]
 
 
-def report(rows: list[dict], check: dict, a: argparse.Namespace, command: str,
-           load: list[str]) -> str:
-    lines = [("| measure | reference (median) | SGLang CPU (median) | reference vs SGLang "
-              "(median of per-rep ratios; > 1: reference better) | per-rep | goal ≥ 1.0× met |"),
-             "|---|---|---|---|---|---|"]
+def report(
+    rows: list[dict], check: dict, a: argparse.Namespace, command: str, load: list[str]
+) -> str:
+    lines = [
+        (
+            "| measure | reference (median) | SGLang CPU (median) | reference vs SGLang "
+            "(median of per-rep ratios; > 1: reference better) | per-rep | goal ≥ 1.0× met |"
+        ),
+        "|---|---|---|---|---|---|",
+    ]
     for key, (label, _) in MEASURES.items():
         ref = statistics.median(r[f"reference.{key}"] for r in rows)
         sgl = statistics.median(r[f"sglang.{key}"] for r in rows)
         per = ratios(rows, key)
         ratio = statistics.median(per)
-        lines.append(f"| {label} | {ref:.4g} | {sgl:.4g} | **{ratio:.2f}×** | "
-                     f"{', '.join(f'{x:.2f}×' for x in per)} | {'yes' if ratio >= 1.0 else 'no'} |")
+        lines.append(
+            f"| {label} | {ref:.4g} | {sgl:.4g} | **{ratio:.2f}×** | "
+            f"{', '.join(f'{x:.2f}×' for x in per)} | {'yes' if ratio >= 1.0 else 'no'} |"
+        )
     cached = {e: [r[f"{e}.cached_tokens"] for r in rows] for e in ENGINES}
     cold = {e: [r[f"{e}.cold_cached_tokens"] for r in rows] for e in ENGINES}
-    lines += ["", (f"{a.reps} repetitions, engines alternating first, the idle one paused; "
-                   f"decode {a.decode_tokens} greedy tokens (ignore_eos) from 16-token random prompts; prefill = client "
-                   f"wall time of a max_new_tokens=1 request; KV pool {MAX_TOTAL_TOKENS} tokens "
-                   f"on both; cached_tokens of the cached prefill per rep: {cached} (cold: "
-                   f"{cold}); greedy ids of the two engines equal for the first "
-                   f"{check['greedy_ids_equal_prefix']} of {check['of']} tokens; CPU cores used by "
-                   f"each engine while idle, both running: {check['idle_cores']}."),
-              "", "Raw per repetition:", "", "```"]
-    lines += [", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
-                        for k, v in r.items()) for r in rows]
-    lines += ["```", "", f"Load (uptime) at start: `{load[0]}`; at end: `{load[1]}`", "",
-              f"Command: `{command}`"]
+    lines += [
+        "",
+        (
+            f"{a.reps} repetitions, engines alternating first, the idle one paused; "
+            f"decode {a.decode_tokens} greedy tokens (ignore_eos) from 16-token random prompts; prefill = client "
+            f"wall time of a max_new_tokens=1 request; KV pool {MAX_TOTAL_TOKENS} tokens "
+            f"on both; cached_tokens of the cached prefill per rep: {cached} (cold: "
+            f"{cold}); greedy ids of the two engines equal for the first "
+            f"{check['greedy_ids_equal_prefix']} of {check['of']} tokens; CPU cores used by "
+            f"each engine while idle, both running: {check['idle_cores']}."
+        ),
+        "",
+        "Raw per repetition:",
+        "",
+        "```",
+    ]
+    lines += [
+        ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in r.items())
+        for r in rows
+    ]
+    lines += [
+        "```",
+        "",
+        f"Load (uptime) at start: `{load[0]}`; at end: `{load[1]}`",
+        "",
+        f"Command: `{command}`",
+    ]
     return "\n".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m experiments.bench_sglang_cpu",
-                                description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(
+        prog="python -m experiments.bench_sglang_cpu", description=__doc__.split("\n\n")[0]
+    )
     p.add_argument("--out", default="runs/bench_sglang_cpu")
     p.add_argument("--reps", type=int, default=5)
     p.add_argument("--decode-tokens", type=int, default=64)
@@ -204,8 +247,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         import sglang  # noqa: F401 - only to fail early, with the fix
     except ImportError:
-        print("error: real SGLang is not installed in this venv; run it with "
-              ".venv-sglang/bin/python (built by `make test-sglang`)", file=sys.stderr)
+        print(
+            "error: real SGLang is not installed in this venv; run it with "
+            ".venv-sglang/bin/python (built by `make test-sglang`)",
+            file=sys.stderr,
+        )
         return 2
     from experiments.microbench_deploy import base_url, resolve, vocab_size, worker_spec
     from launch.procs import start, stop_groups, wait_healthy
@@ -213,8 +259,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     model_dir = resolve(a.model_path)
     server_args = {"max_total_tokens": MAX_TOTAL_TOKENS}
-    specs = {e: worker_spec(e, model_dir, "null", "127.0.0.1", server_args, backend)
-             for e, backend in ENGINES.items()}
+    specs = {
+        e: worker_spec(e, model_dir, "null", "127.0.0.1", server_args, backend)
+        for e, backend in ENGINES.items()
+    }
     load = [uptime()]
     procs = [start(spec, out / "logs") for spec in specs.values()]
     try:
@@ -225,8 +273,14 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         stop_groups([proc.pid for proc in procs])
     load.append(uptime())
-    command = shlex.join([".venv-sglang/bin/python", "-m", "experiments.bench_sglang_cpu",
-                          *(argv if argv is not None else sys.argv[1:])])
+    command = shlex.join(
+        [
+            ".venv-sglang/bin/python",
+            "-m",
+            "experiments.bench_sglang_cpu",
+            *(argv if argv is not None else sys.argv[1:]),
+        ]
+    )
     text = report(rows, check, a, command, load)
     out.mkdir(parents=True, exist_ok=True)
     (out / "bench_sglang_cpu.md").write_text(text + "\n")

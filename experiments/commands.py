@@ -9,16 +9,31 @@ import importlib
 
 # (subcommand, module, one-line help)
 _COMMANDS = (
-    ("demo", "experiments.demo",
-     "the CPU default end to end: a few GSM8K questions through settings #1-#4, table, figures"),
-    ("run", "experiments.run_cmd",
-     "run the paper's settings #1-#4 on a dataset; write results.jsonl, summary and figures"),
-    ("plot", "experiments.plot_cmd",
-     "rebuild summary.json, the table and the figures of a run folder from results.jsonl"),
-    ("sweep", "experiments.sweep",
-     "run configs x datasets x settings x chunk policies from a spec; write sweep.csv"),
-    ("microbench", "experiments.microbench",
-     "Fig. 4(iii): aggregator latency, incremental prefill vs PD vs DP vs DP + chunked prefill"),
+    (
+        "demo",
+        "experiments.demo",
+        "the CPU default end to end: a few GSM8K questions through settings #1-#4, table, figures",
+    ),
+    (
+        "run",
+        "experiments.run_cmd",
+        "run the paper's settings #1-#4 on a dataset; write results.jsonl, summary and figures",
+    ),
+    (
+        "plot",
+        "experiments.plot_cmd",
+        "rebuild summary.json, the table and the figures of a run folder from results.jsonl",
+    ),
+    (
+        "sweep",
+        "experiments.sweep",
+        "run configs x datasets x settings x chunk policies from a spec; write sweep.csv",
+    ),
+    (
+        "microbench",
+        "experiments.microbench",
+        "Fig. 4(iii): aggregator latency, incremental prefill vs PD vs DP vs DP + chunked prefill",
+    ),
 )
 
 

@@ -29,7 +29,7 @@ PARTS = ("leaf_prefill", "exposed_prefill", "decode", "other")
 def critical_path(agents: dict[str, AgentTrace], final: str) -> list[str]:
     """Agent ids from the leaf that started the path to `final`."""
     path = [final]
-    while (order := agents[path[-1]].slot_order):
+    while order := agents[path[-1]].slot_order:
         ran = [a for a in order if a in agents and agents[a].end_s is not None]
         if not ran:
             break
@@ -75,8 +75,9 @@ class OverlapGain:
         return self.realized_s / self.possible_s if self.possible_s > 0 else None
 
 
-def overlap_gain(rows: Sequence[ResultRow], dataset: str, pipelined: int,
-                 blocking: int) -> OverlapGain | None:
+def overlap_gain(
+    rows: Sequence[ResultRow], dataset: str, pipelined: int, blocking: int
+) -> OverlapGain | None:
     by_key = {(r.sample_id, r.setting): r for r in rows if r.dataset == dataset and r.ok}
     possible, realized, n = 0.0, 0.0, 0
     for (sid, s), piped in by_key.items():

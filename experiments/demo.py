@@ -29,10 +29,13 @@ def main(args: argparse.Namespace) -> int:
     if out.exists():
         shutil.rmtree(out)  # a demo always starts fresh; real runs use `moa-pd run --resume`
     console.rule("moa-pd demo")
-    console.print(f"{args.num_samples} GSM8K questions x settings #1-#4: dense 9-9-1 blocking, "
-                  "tree 9-3-1 blocking, tree pipelined, tree pipelined + early exit")
-    spec = RunSpec(args.config, args.dense_config, "gsm8k", args.num_samples,
-                   parse_settings("1,2,3,4"), 1, out)
+    console.print(
+        f"{args.num_samples} GSM8K questions x settings #1-#4: dense 9-9-1 blocking, "
+        "tree 9-3-1 blocking, tree pipelined, tree pipelined + early exit"
+    )
+    spec = RunSpec(
+        args.config, args.dense_config, "gsm8k", args.num_samples, parse_settings("1,2,3,4"), 1, out
+    )
     written = run_experiment(spec)
     console.rule("done")
     for path in written:

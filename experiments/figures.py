@@ -54,8 +54,14 @@ def _label_above(ax, xs, heights, ups, fmt: str) -> None:
     top = ax.get_ylim()[1]
     for x, h, up in zip(xs, heights, ups):
         if not np.isnan(h):  # a missing bar has no label
-            ax.text(x, h + (up or 0.0) + 0.015 * top, fmt.format(h), ha="center",
-                    va="bottom", fontsize=7)
+            ax.text(
+                x,
+                h + (up or 0.0) + 0.015 * top,
+                fmt.format(h),
+                ha="center",
+                va="bottom",
+                fontsize=7,
+            )
 
 
 def _natural(name: str) -> list:
@@ -98,31 +104,53 @@ def latency_accuracy_figure(rows: Sequence[ResultRow]) -> Figure:
             if ref is None:
                 vals = np.array([r.e2e_s for r in _of(rows, d, s)])
             else:
-                vals = np.array([a / b for a, b in per_sample_ratios(rows, d, s[0], ref, s[1])
-                                 if b > 0])
+                vals = np.array(
+                    [a / b for a, b in per_sample_ratios(rows, d, s[0], ref, s[1]) if b > 0]
+                )
             med = float(np.median(vals)) if vals.size else np.nan
             heights.append(med)
             lo.append(med - np.percentile(vals, 25) if vals.size else 0.0)
             hi.append(np.percentile(vals, 75) - med if vals.size else 0.0)
-        top.bar(x + off, heights, w, yerr=[lo, hi], capsize=3, label=setting_label(*s),
-                color=_color(s, settings), error_kw={"elinewidth": 0.8})
+        top.bar(
+            x + off,
+            heights,
+            w,
+            yerr=[lo, hi],
+            capsize=3,
+            label=setting_label(*s),
+            color=_color(s, settings),
+            error_kw={"elinewidth": 0.8},
+        )
         labels.append((top, x + off, heights, hi, "{:.2f}"))
         a = [acc[(d, s)].accuracy if (d, s) in acc else None for d in datasets]
-        se = [100 * acc[(d, s)].accuracy_se if (d, s) in acc and a[i] is not None else 0.0
-              for i, d in enumerate(datasets)]
+        se = [
+            100 * acc[(d, s)].accuracy_se if (d, s) in acc and a[i] is not None else 0.0
+            for i, d in enumerate(datasets)
+        ]
         a = [100 * v if v is not None else np.nan for v in a]
-        bottom.bar(x + off, a, w, yerr=se, capsize=3, color=_color(s, settings),
-                   error_kw={"elinewidth": 0.8})
+        bottom.bar(
+            x + off,
+            a,
+            w,
+            yerr=se,
+            capsize=3,
+            color=_color(s, settings),
+            error_kw={"elinewidth": 0.8},
+        )
         labels.append((bottom, x + off, a, se, "{:.0f}"))
     if ref is None:
         top.set_ylabel("median per-sample E2E latency (s)")
-        top.set_title("Per-sample E2E latency\n(median; whiskers: 25th-75th percentile)",
-                      fontsize=10)
+        top.set_title(
+            "Per-sample E2E latency\n(median; whiskers: 25th-75th percentile)", fontsize=10
+        )
     else:
         top.axhline(1.0, color="black", lw=0.8, ls="--")
         top.set_ylabel(f"E2E latency ÷ setting #{ref}")
-        top.set_title(f"Per-sample E2E latency normalized to setting #{ref}\n"
-                      "(median of per-sample ratios; whiskers: 25th-75th percentile)", fontsize=10)
+        top.set_title(
+            f"Per-sample E2E latency normalized to setting #{ref}\n"
+            "(median of per-sample ratios; whiskers: 25th-75th percentile)",
+            fontsize=10,
+        )
     top.set_ylim(0, top.get_ylim()[1] * 1.12)
     for args in labels:
         _label_above(*args)
@@ -137,12 +165,14 @@ def latency_accuracy_figure(rows: Sequence[ResultRow]) -> Figure:
     return fig
 
 
-def plot_activation(rows: Sequence[ResultRow], path: str | Path, dpi: int = 150,
-                    setting: int = 4) -> Path | None:
+def plot_activation(
+    rows: Sequence[ResultRow], path: str | Path, dpi: int = 150, setting: int = 4
+) -> Path | None:
     """Fig. 4(i): per-model activation % per dataset and the early-exit overhead share, for the
     early-exit setting. None (nothing written) when no row of that setting exists."""
-    summaries: list[SettingSummary] = [s for s in summarize(rows)
-                                       if s.setting == setting and s.activation_pct]
+    summaries: list[SettingSummary] = [
+        s for s in summarize(rows) if s.setting == setting and s.activation_pct
+    ]
     if not summaries:
         log.info("no setting #%d row without an error: skipping the activation figure", setting)
         return None
@@ -159,11 +189,13 @@ def plot_activation(rows: Sequence[ResultRow], path: str | Path, dpi: int = 150,
     left.set_ylim(0, 128)
     left.set_ylabel("activation (%)")
     left.set_xlabel("dataset")
-    left.set_title(f"Agent runs completed and not killed, per model ({setting_label(setting)})",
-                   fontsize=10)
+    left.set_title(
+        f"Agent runs completed and not killed, per model ({setting_label(setting)})", fontsize=10
+    )
     left.legend(fontsize=8, loc="upper center", ncol=len(models), frameon=False)
-    share = [100 * s.ee_overhead_share if s.ee_overhead_share is not None else np.nan
-             for s in summaries]
+    share = [
+        100 * s.ee_overhead_share if s.ee_overhead_share is not None else np.nan for s in summaries
+    ]
     bars = right.bar(x, share, 0.6, color=SETTING_COLORS[4])
     right.bar_label(bars, fmt="%.1f%%", padding=2, fontsize=7)
     right.set_xticks(x, datasets)
@@ -190,11 +222,18 @@ def plot_latency_cdf(rows: Sequence[ResultRow], path: str | Path, dpi: int = 150
             lat = np.sort([r.e2e_s for r in _of(rows, d, s)])
             if lat.size:
                 # Start each curve at (first latency, 0) so it rises from the axis.
-                (handles[s],) = ax.step(np.r_[lat[0], lat], np.arange(lat.size + 1) / lat.size,
-                                        where="post", color=_color(s, keys))
+                (handles[s],) = ax.step(
+                    np.r_[lat[0], lat],
+                    np.arange(lat.size + 1) / lat.size,
+                    where="post",
+                    color=_color(s, keys),
+                )
                 counts.append(lat.size)
-        n = f"{min(counts)}" if min(counts, default=0) == max(counts, default=0) else \
-            f"{min(counts)}-{max(counts)}"
+        n = (
+            f"{min(counts)}"
+            if min(counts, default=0) == max(counts, default=0)
+            else f"{min(counts)}-{max(counts)}"
+        )
         ax.set_title(f"{d}: E2E latency CDF ({n} samples per setting)", fontsize=10)
         ax.set_xlabel("E2E latency per sample (s)")
         ax.set_ylabel("fraction of samples")
@@ -203,9 +242,14 @@ def plot_latency_cdf(rows: Sequence[ResultRow], path: str | Path, dpi: int = 150
         ax.grid(alpha=0.3)
     # One legend for all panels, outside the plots so it never hides a curve.
     axes[min(cols, len(datasets)) - 1].legend(
-        [handles[s] for s in keys if s in handles], [setting_label(*s) for s in keys if s in handles],
-        fontsize=8, title="setting", loc="upper left", bbox_to_anchor=(1.02, 1.0))
-    for ax in axes[len(datasets):]:
+        [handles[s] for s in keys if s in handles],
+        [setting_label(*s) for s in keys if s in handles],
+        fontsize=8,
+        title="setting",
+        loc="upper left",
+        bbox_to_anchor=(1.02, 1.0),
+    )
+    for ax in axes[len(datasets) :]:
         ax.set_visible(False)
     fig.tight_layout()
     return _save(fig, Path(path), dpi)
@@ -218,13 +262,16 @@ def write_figures(rows: Sequence[ResultRow], run_dir: str | Path, dpi: int = 150
         log.warning("no results rows: no figures written")
         return []
     if not any(r.ok for r in rows):
-        log.warning("every results row failed (their errors are in summary.json): no figures "
-                    "written")
+        log.warning(
+            "every results row failed (their errors are in summary.json): no figures written"
+        )
         return []
-    written = [plot_latency_accuracy(rows, run_dir / "fig_latency_accuracy.png", dpi),
-               plot_activation(rows, run_dir / "fig_activation_ee.png", dpi),
-               plot_latency_cdf(rows, run_dir / "fig_latency_cdf.png", dpi),
-               plot_timeline(rows, run_dir / "fig_timeline.png", dpi)]
+    written = [
+        plot_latency_accuracy(rows, run_dir / "fig_latency_accuracy.png", dpi),
+        plot_activation(rows, run_dir / "fig_activation_ee.png", dpi),
+        plot_latency_cdf(rows, run_dir / "fig_latency_cdf.png", dpi),
+        plot_timeline(rows, run_dir / "fig_timeline.png", dpi),
+    ]
     return [p for p in written if p is not None]
 
 
@@ -236,25 +283,35 @@ MICROBENCH_VARIANTS = {
 }
 
 
-def plot_microbench(rows: Sequence[dict], path: str | Path, dpi: int = 150,
-                    bin_tokens: int = 256, max_tokens: int = 2048) -> Path:
+def plot_microbench(
+    rows: Sequence[dict],
+    path: str | Path,
+    dpi: int = 150,
+    bin_tokens: int = 256,
+    max_tokens: int = 2048,
+) -> Path:
     """Fig. 4(iii) (see microbench_figure) as a PNG."""
     return _save(microbench_figure(rows, bin_tokens, max_tokens), Path(path), dpi)
 
 
-def microbench_figure(rows: Sequence[dict], bin_tokens: int = 256,
-                      max_tokens: int = 2048) -> Figure:
+def microbench_figure(
+    rows: Sequence[dict], bin_tokens: int = 256, max_tokens: int = 2048
+) -> Figure:
     """Fig. 4(iii): mean second-layer aggregator latency per prompt-length bin, ÷ plain PD's mean
     in the same bin. Each row: `variant` (a MICROBENCH_VARIANTS key), `prompt_tokens` (int),
     `latency_s` (float). The last group, "all", uses every row."""
     for i, r in enumerate(rows):
         missing = [k for k in ("variant", "prompt_tokens", "latency_s") if k not in r]
         if missing:
-            raise ValueError(f"microbench row {i} lacks {missing}; each row needs variant, "
-                             "prompt_tokens and latency_s")
+            raise ValueError(
+                f"microbench row {i} lacks {missing}; each row needs variant, "
+                "prompt_tokens and latency_s"
+            )
         if r["variant"] not in MICROBENCH_VARIANTS:
-            raise ValueError(f"microbench row {i}: unknown variant {r['variant']!r}; "
-                             f"use one of {list(MICROBENCH_VARIANTS)}")
+            raise ValueError(
+                f"microbench row {i}: unknown variant {r['variant']!r}; "
+                f"use one of {list(MICROBENCH_VARIANTS)}"
+            )
     if not any(r["variant"] == "pd" for r in rows):
         raise ValueError("microbench rows have no 'pd' variant: it is the normalization base")
     edges = list(range(0, max_tokens, bin_tokens)) + [10**9]
@@ -279,8 +336,17 @@ def microbench_figure(rows: Sequence[dict], bin_tokens: int = 256,
         ax.bar(x + off, heights, w, label=MICROBENCH_VARIANTS[v])
         # Numbers only on the "all" group, inside the bar foot: above the bars they would
         # cross the 1.0 line.
-        ax.text(x[-1] + off, 0.03, f"{heights[-1]:.2f}", ha="center", va="bottom",
-                fontsize=7, rotation=90, color="white", fontweight="bold")
+        ax.text(
+            x[-1] + off,
+            0.03,
+            f"{heights[-1]:.2f}",
+            ha="center",
+            va="bottom",
+            fontsize=7,
+            rotation=90,
+            color="white",
+            fontweight="bold",
+        )
     ax.axhline(1.0, color="black", lw=0.8, ls="--")
     ax.set_xticks(x, [g for g, _ in groups], rotation=30, ha="right")
     ax.set_xlabel("prompt length bin (tokens)")

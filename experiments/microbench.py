@@ -36,8 +36,9 @@ class BenchError(RuntimeError):
 def sample_prompts(n: int, max_len: int, vocab_size: int, seed: int) -> list[list[int]]:
     """n prompts of random token ids, lengths L ~ U(1, max_len) (inclusive)."""
     if n < 1 or max_len < 1 or vocab_size <= LOW_TOKEN_ID:
-        raise ValueError("need --num-prompts >= 1, --max-len >= 1 and a vocabulary above "
-                         f"{LOW_TOKEN_ID} tokens")
+        raise ValueError(
+            f"need --num-prompts >= 1, --max-len >= 1 and a vocabulary above {LOW_TOKEN_ID} tokens"
+        )
     rng = random.Random(seed)
     lengths = [rng.randint(1, max_len) for _ in range(n)]
     return [[rng.randrange(LOW_TOKEN_ID, vocab_size) for _ in range(n_tok)] for n_tok in lengths]
@@ -52,13 +53,24 @@ def warm_prefix_lengths(prompt_len: int, chunk: int) -> list[int]:
     return list(range(chunk, prompt_len, chunk))
 
 
-def make_row(variant: str, prompt_tokens: int, latency_s: float, ttft_s: float | None,
-             cached_tokens: int, prompt_index: int) -> dict:
+def make_row(
+    variant: str,
+    prompt_tokens: int,
+    latency_s: float,
+    ttft_s: float | None,
+    cached_tokens: int,
+    prompt_index: int,
+) -> dict:
     if variant not in VARIANTS:
         raise ValueError(f"unknown variant {variant!r}; use one of {VARIANTS}")
-    return {"variant": variant, "prompt_tokens": int(prompt_tokens), "latency_s": float(latency_s),
-            "ttft_s": None if ttft_s is None else float(ttft_s),
-            "cached_tokens": int(cached_tokens), "prompt_index": prompt_index}
+    return {
+        "variant": variant,
+        "prompt_tokens": int(prompt_tokens),
+        "latency_s": float(latency_s),
+        "ttft_s": None if ttft_s is None else float(ttft_s),
+        "cached_tokens": int(cached_tokens),
+        "prompt_index": prompt_index,
+    }
 
 
 def normalized_medians(rows: list[dict]) -> list[dict]:
@@ -75,24 +87,40 @@ def normalized_medians(rows: list[dict]) -> list[dict]:
     for v in [v for v in VARIANTS if v in by_variant]:
         lat = [r["latency_s"] for r in by_variant[v]]
         ttft = [r["ttft_s"] for r in by_variant[v] if r["ttft_s"] is not None]
-        paired = [r["latency_s"] / pd_by_prompt[r["prompt_index"]] for r in by_variant[v]
-                  if pd_by_prompt.get(r["prompt_index"])]
-        out.append({"variant": v, "n": len(lat), "median_latency_s": statistics.median(lat),
-                    "median_ttft_s": statistics.median(ttft) if ttft else None,
-                    "vs_pd": statistics.median(lat) / pd_med if pd_med > 0 else float("nan"),
-                    "paired_vs_pd": statistics.median(paired) if paired else float("nan"),
-                    "mean_cached_tokens": statistics.fmean(r["cached_tokens"] for r in by_variant[v])})
+        paired = [
+            r["latency_s"] / pd_by_prompt[r["prompt_index"]]
+            for r in by_variant[v]
+            if pd_by_prompt.get(r["prompt_index"])
+        ]
+        out.append(
+            {
+                "variant": v,
+                "n": len(lat),
+                "median_latency_s": statistics.median(lat),
+                "median_ttft_s": statistics.median(ttft) if ttft else None,
+                "vs_pd": statistics.median(lat) / pd_med if pd_med > 0 else float("nan"),
+                "paired_vs_pd": statistics.median(paired) if paired else float("nan"),
+                "mean_cached_tokens": statistics.fmean(r["cached_tokens"] for r in by_variant[v]),
+            }
+        )
     return out
 
 
 def format_table(summary: list[dict]) -> str:
-    lines = [("| variant | n | median latency (s) | median TTFT (s) | ÷ PD (medians) | "
-              "median per-prompt ÷ PD | mean cached tokens |"), "|---|---|---|---|---|---|---|"]
+    lines = [
+        (
+            "| variant | n | median latency (s) | median TTFT (s) | ÷ PD (medians) | "
+            "median per-prompt ÷ PD | mean cached tokens |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
     for s in summary:
         ttft = f"{s['median_ttft_s']:.3f}" if s["median_ttft_s"] is not None else "-"
-        lines.append(f"| {s['variant']} | {s['n']} | {s['median_latency_s']:.3f} | {ttft} | "
-                     f"{s['vs_pd']:.3f} | {s['paired_vs_pd']:.3f} | "
-                     f"{s['mean_cached_tokens']:.0f} |")
+        lines.append(
+            f"| {s['variant']} | {s['n']} | {s['median_latency_s']:.3f} | {ttft} | "
+            f"{s['vs_pd']:.3f} | {s['paired_vs_pd']:.3f} | "
+            f"{s['mean_cached_tokens']:.0f} |"
+        )
     return "\n".join(lines)
 
 
@@ -151,31 +179,51 @@ async def flush(session: aiohttp.ClientSession, url: str, timeout_s: float = 30.
 
 
 def generate_body(prompt: list[int], output_len: int) -> dict:
-    return {P.INPUT_IDS: prompt, P.SAMPLING_PARAMS: {
-        P.MAX_NEW_TOKENS: output_len, P.TEMPERATURE: 0.0, P.IGNORE_EOS: True}}
+    return {
+        P.INPUT_IDS: prompt,
+        P.SAMPLING_PARAMS: {P.MAX_NEW_TOKENS: output_len, P.TEMPERATURE: 0.0, P.IGNORE_EOS: True},
+    }
 
 
 # --- the run ---------------------------------------------------------------------------------------
-async def measure(session: aiohttp.ClientSession, dep, variant: str, i: int, prompt: list[int],
-                  output_len: int, warm_chunk: int) -> dict:
+async def measure(
+    session: aiohttp.ClientSession,
+    dep,
+    variant: str,
+    i: int,
+    prompt: list[int],
+    output_len: int,
+    warm_chunk: int,
+) -> dict:
     """One prompt through one variant, after flushing every radix cache."""
     for url in dep.cache_urls:
         await flush(session, url)
     if variant == "incremental":
         # The precursors' decode time: warm-ups run before the clock starts.
         for n in warm_prefix_lengths(len(prompt), warm_chunk):
-            await post_json(session, dep.prefill_url + P.PREFILL_ONLY_PATH,
-                            {P.INPUT_IDS: prompt[:n]})
-    url = {"incremental": dep.router_url, "pd": dep.router_url,
-           "dp2": dep.dp_urls[i % 2] if dep.dp_urls else "",
-           "dp2_chunked": dep.dp_chunked_urls[i % 2] if dep.dp_chunked_urls else ""}[variant]
+            await post_json(
+                session, dep.prefill_url + P.PREFILL_ONLY_PATH, {P.INPUT_IDS: prompt[:n]}
+            )
+    url = {
+        "incremental": dep.router_url,
+        "pd": dep.router_url,
+        "dp2": dep.dp_urls[i % 2] if dep.dp_urls else "",
+        "dp2_chunked": dep.dp_chunked_urls[i % 2] if dep.dp_chunked_urls else "",
+    }[variant]
     res = await stream_generate(session, url, generate_body(prompt, output_len))
-    return make_row(variant, len(prompt), res.latency_s, res.ttft_s,
-                    int(res.meta.get(P.CACHED_TOKENS, 0)), i)
+    return make_row(
+        variant, len(prompt), res.latency_s, res.ttft_s, int(res.meta.get(P.CACHED_TOKENS, 0)), i
+    )
 
 
-async def run_prompts(dep, prompts: list[list[int]], variants: list[str], output_len: int,
-                      warm_chunk: int, out: TextIO) -> list[dict]:
+async def run_prompts(
+    dep,
+    prompts: list[list[int]],
+    variants: list[str],
+    output_len: int,
+    warm_chunk: int,
+    out: TextIO,
+) -> list[dict]:
     """Every prompt through every variant; each row is appended to `out` as it is measured."""
     from tqdm import tqdm
 
@@ -199,26 +247,46 @@ async def run_prompts(dep, prompts: list[list[int]], variants: list[str], output
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", required=True, help="folder for microbench.jsonl and the figure")
-    p.add_argument("--num-prompts", type=int, default=12,
-                   help="random prompts, each run through every variant (default 12, sized for "
-                        "a few minutes on 2 CPU cores)")
+    p.add_argument(
+        "--num-prompts",
+        type=int,
+        default=12,
+        help="random prompts, each run through every variant (default 12, sized for "
+        "a few minutes on 2 CPU cores)",
+    )
     p.add_argument("--output-len", type=int, default=32, help="fixed output tokens (default 32)")
-    p.add_argument("--max-len", type=int, default=1024,
-                   help="prompt lengths L ~ U(1, max_len) (paper: 2048; default 1024 on CPU)")
-    p.add_argument("--warm-chunk", type=int, default=128,
-                   help="incremental: one warm-up per this many arrived tokens (default 128)")
+    p.add_argument(
+        "--max-len",
+        type=int,
+        default=1024,
+        help="prompt lengths L ~ U(1, max_len) (paper: 2048; default 1024 on CPU)",
+    )
+    p.add_argument(
+        "--warm-chunk",
+        type=int,
+        default=128,
+        help="incremental: one warm-up per this many arrived tokens (default 128)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model-path", default="smollm2-135m")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--backend", choices=["torch", "sglang"], default="torch",
-                   help="the workers: the reference engine (default) or real SGLang (one GPU per "
-                        "worker, or SGLang's CPU path where there is no GPU; run from a venv "
-                        "with sglang, e.g. .venv-sglang)")
-    p.add_argument("--variants", type=parse_variants, default=None,
-                   help=f"comma-separated, from {','.join(VARIANTS)}; must include pd (the "
-                        "baseline). Default: all for torch; incremental,pd for sglang without a "
-                        "GPU (each SGLang CPU worker holds ≈3.7 GB; dp2 adds two, dp2_chunked "
-                        "two more)")
+    p.add_argument(
+        "--backend",
+        choices=["torch", "sglang"],
+        default="torch",
+        help="the workers: the reference engine (default) or real SGLang (one GPU per "
+        "worker, or SGLang's CPU path where there is no GPU; run from a venv "
+        "with sglang, e.g. .venv-sglang)",
+    )
+    p.add_argument(
+        "--variants",
+        type=parse_variants,
+        default=None,
+        help=f"comma-separated, from {','.join(VARIANTS)}; must include pd (the "
+        "baseline). Default: all for torch; incremental,pd for sglang without a "
+        "GPU (each SGLang CPU worker holds ≈3.7 GB; dp2 adds two, dp2_chunked "
+        "two more)",
+    )
 
 
 def parse_variants(text: str) -> tuple[str, ...]:
@@ -227,7 +295,8 @@ def parse_variants(text: str) -> tuple[str, ...]:
     if bad or "pd" not in names:
         raise argparse.ArgumentTypeError(
             f"{text!r}: name variants from {','.join(VARIANTS)}, including pd (the baseline "
-            "the others are normalized to)")
+            "the others are normalized to)"
+        )
     return tuple(v for v in VARIANTS if v in names)
 
 
@@ -247,25 +316,37 @@ def main(args: argparse.Namespace) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     if args.backend == "sglang" and importlib.util.find_spec("sglang") is None:
-        print("error: --backend sglang needs real SGLang in this venv; run .venv-sglang/bin/moa-pd "
-              "(built by `make test-sglang`) or install '.[sglang]' on a GPU node", file=sys.stderr)
+        print(
+            "error: --backend sglang needs real SGLang in this venv; run .venv-sglang/bin/moa-pd "
+            "(built by `make test-sglang`) or install '.[sglang]' on a GPU node",
+            file=sys.stderr,
+        )
         return 2
     selected = args.variants or default_variants(args.backend)
     try:
-        prompts = sample_prompts(args.num_prompts, args.max_len, vocab_size(args.model_path),
-                                 args.seed)
-        with Deployment(args.model_path, args.host, args.max_len + args.output_len,
-                        out / "logs", backend=args.backend, variants=selected) as dep:
+        prompts = sample_prompts(
+            args.num_prompts, args.max_len, vocab_size(args.model_path), args.seed
+        )
+        with Deployment(
+            args.model_path,
+            args.host,
+            args.max_len + args.output_len,
+            out / "logs",
+            backend=args.backend,
+            variants=selected,
+        ) as dep:
             variants = [v for v in selected if v != "dp2_chunked" or dep.dp_chunked_urls]
             with open(out / "microbench.jsonl", "w") as sink:
-                rows = asyncio.run(run_prompts(dep, prompts, variants, args.output_len,
-                                               args.warm_chunk, sink))
+                rows = asyncio.run(
+                    run_prompts(dep, prompts, variants, args.output_len, args.warm_chunk, sink)
+                )
     except (ValueError, LaunchError, BenchError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2 if isinstance(e, ValueError) else 1
     except KeyboardInterrupt:
-        print(f"interrupted; rows measured so far are in {out / 'microbench.jsonl'}",
-              file=sys.stderr)
+        print(
+            f"interrupted; rows measured so far are in {out / 'microbench.jsonl'}", file=sys.stderr
+        )
         return 130
     print(format_table(normalized_medians(rows)))
     for path in rebuild(out, print_table=False):

@@ -40,9 +40,15 @@ def kv_tokens(max_seq_len: int) -> int:
     return max(2048, -(-2 * max_seq_len // 256) * 256)
 
 
-def worker_spec(name: str, model_dir: str, role: str, host: str,
-                server_args: dict[str, int | str], backend: str = "torch",
-                gpu_id: int | None = None) -> ProcSpec:
+def worker_spec(
+    name: str,
+    model_dir: str,
+    role: str,
+    host: str,
+    server_args: dict[str, int | str],
+    backend: str = "torch",
+    gpu_id: int | None = None,
+) -> ProcSpec:
     """One worker of `backend`: "torch" (the reference engine) or "sglang" (real SGLang: on
     `gpu_id`, or without one on SGLang's CPU path with the flags and environment `moa-pd up
     --backend sglang` gives it there; those fix its KV pool at cpu.py's size)."""
@@ -57,8 +63,13 @@ def worker_spec(name: str, model_dir: str, role: str, host: str,
     if sglang_cpu:
         argv += cpu.worker_flags(role)
         env.update(cpu.worker_env(role))
-    return ProcSpec(name, argv, f"http://{host}:{port}/health", env=env,
-                    ports=[port] + ([bport] if bport else []))
+    return ProcSpec(
+        name,
+        argv,
+        f"http://{host}:{port}/health",
+        env=env,
+        ports=[port] + ([bport] if bport else []),
+    )
 
 
 def base_url(spec: ProcSpec) -> str:
@@ -67,9 +78,15 @@ def base_url(spec: ProcSpec) -> str:
 
 def router_spec(prefill: ProcSpec, decode: ProcSpec, host: str) -> ProcSpec:
     port = free_port(host)
-    argv = router_argv([(base_url(prefill), prefill.ports[1])], [base_url(decode)], host, port,
-                       host, free_port(host),
-                       ["--health-check-interval-secs", "5", "--log-level", "warn"])
+    argv = router_argv(
+        [(base_url(prefill), prefill.ports[1])],
+        [base_url(decode)],
+        host,
+        port,
+        host,
+        free_port(host),
+        ["--health-check-interval-secs", "5", "--log-level", "warn"],
+    )
     return ProcSpec("router", argv, f"http://{host}:{port}/health", ports=[port])
 
 
@@ -97,14 +114,23 @@ class Deployment:
     runs real SGLang, on one GPU per worker where nvidia-smi is found, else on SGLang's CPU path
     (≈3.7 GB per worker, so pick few variants there)."""
 
-    def __init__(self, model_path: str, host: str, max_seq_len: int, log_dir: Path,
-                 startup_timeout_s: float = 900.0, backend: str = "torch",
-                 variants: tuple[str, ...] = ("incremental", "pd", "dp2", "dp2_chunked")):
+    def __init__(
+        self,
+        model_path: str,
+        host: str,
+        max_seq_len: int,
+        log_dir: Path,
+        startup_timeout_s: float = 900.0,
+        backend: str = "torch",
+        variants: tuple[str, ...] = ("incremental", "pd", "dp2", "dp2_chunked"),
+    ):
         self.model_dir = resolve(model_path)
         self.host, self.log_dir, self.timeout = host, Path(log_dir), startup_timeout_s
         self.backend, self.variants = backend, tuple(variants)
-        self.args = {"max_total_tokens": kv_tokens(max_seq_len),
-                     "context_length": max(2048, max_seq_len + 64)}
+        self.args = {
+            "max_total_tokens": kv_tokens(max_seq_len),
+            "context_length": max(2048, max_seq_len + 64),
+        }
         self.procs: list[Proc] = []
         self.prefill_url = self.router_url = ""
         self.dp_urls: list[str] = []
@@ -140,8 +166,13 @@ class Deployment:
             chunked_args = {**a, "chunked_prefill_size": DP_CHUNK_TOKENS}
             groups["chunked"] = [(f"dp_chunked{i}", "null", chunked_args) for i in range(2)]
         gpus = iter(self._gpu_ids(sum(map(len, groups.values()))))
-        specs = {g: [worker_spec(name, self.model_dir, role, h, args, self.backend, next(gpus))
-                     for name, role, args in rows] for g, rows in groups.items()}
+        specs = {
+            g: [
+                worker_spec(name, self.model_dir, role, h, args, self.backend, next(gpus))
+                for name, role, args in rows
+            ]
+            for g, rows in groups.items()
+        }
         # All workers load their weights at once; the chunked pair is waited for on its own, so
         # an engine without chunked prefill skips that variant instead of failing the run.
         started = {g: [start(s, self.log_dir) for s in group] for g, group in specs.items()}
@@ -152,8 +183,9 @@ class Deployment:
                 wait_healthy(started["chunked"], self.timeout)
                 self.dp_chunked_urls = [base_url(s) for s in specs["chunked"]]
             except LaunchError as e:
-                self.skipped["dp2_chunked"] = (f"--chunked-prefill-size {DP_CHUNK_TOKENS} "
-                                               f"replicas did not start: {e}")
+                self.skipped["dp2_chunked"] = (
+                    f"--chunked-prefill-size {DP_CHUNK_TOKENS} replicas did not start: {e}"
+                )
                 print(f"dp2_chunked skipped: {self.skipped['dp2_chunked']}", file=sys.stderr)
         self.dp_urls = [base_url(s) for s in specs.get("dp", [])]
         if "pd" in specs:

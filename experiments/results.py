@@ -148,8 +148,9 @@ def _drop_torn_tail(path: Path) -> None:
         if data.endswith(b"\n"):
             return
         keep = data.rfind(b"\n") + 1
-        log.warning("%s: dropping a torn last line (%d bytes) before appending",
-                    path, len(data) - keep)
+        log.warning(
+            "%s: dropping a torn last line (%d bytes) before appending", path, len(data) - keep
+        )
         f.truncate(keep)
 
 
@@ -161,8 +162,10 @@ def read_results(path: str | Path) -> list[ResultRow]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except FileNotFoundError:
-        raise ResultsError(f"{path}: no such results file; run `moa-pd run --out DIR` first, "
-                           "or point at the folder holding results.jsonl") from None
+        raise ResultsError(
+            f"{path}: no such results file; run `moa-pd run --out DIR` first, "
+            "or point at the folder holding results.jsonl"
+        ) from None
     last = max((i for i, line in enumerate(lines) if line.strip()), default=-1)
     rows: dict[tuple[str, str, int], ResultRow] = {}
     for i, line in enumerate(lines):
@@ -174,8 +177,9 @@ def read_results(path: str | Path) -> list[ResultRow]:
             if i == last:
                 log.warning("%s:%d: skipping a torn last line (%s)", path, i + 1, e.msg)
                 continue
-            raise ResultsError(f"{path}:{i + 1}: not valid JSON ({e.msg}); "
-                               "fix or delete that line") from None
+            raise ResultsError(
+                f"{path}:{i + 1}: not valid JSON ({e.msg}); fix or delete that line"
+            ) from None
         row = validate_row(raw, f"{path}:{i + 1}")
         key = (row.dataset, *row.key)
         rows.pop(key, None)  # re-insert so a retried row takes the later position

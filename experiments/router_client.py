@@ -24,14 +24,26 @@ class RouterClient:
         if self._session:
             await self._session.close()
 
-    async def run_graph(self, question: str, question_id: str, config: str | dict, mode: str,
-                        early_exit: bool, dataset: str | None = None,
-                        task: str | None = None) -> dict:
+    async def run_graph(
+        self,
+        question: str,
+        question_id: str,
+        config: str | dict,
+        mode: str,
+        early_exit: bool,
+        dataset: str | None = None,
+        task: str | None = None,
+    ) -> dict:
         """POST the whole graph; returns {answer, agents, early_exit, e2e_s, ...}. `config` is a
         served config's name or an inline config (setting #5's single agents). `dataset`
         (and BBH's `task`) let the router's majority vote use that dataset's extractor."""
-        body = {"question": question, "question_id": question_id, "config": config,
-                "mode": mode, "early_exit": early_exit}
+        body = {
+            "question": question,
+            "question_id": question_id,
+            "config": config,
+            "mode": mode,
+            "early_exit": early_exit,
+        }
         body.update({k: v for k, v in (("dataset", dataset), ("task", task)) if v})
         url = f"{self.base_url}/v1/moa/run"
         try:
@@ -57,9 +69,14 @@ class RouterClient:
         except (aiohttp.ClientError, TimeoutError, ValueError) as e:
             return f"the shell router at {self.base_url} does not answer ({type(e).__name__})"
         down = (body or {}).get("down") or []
-        return "; ".join(f"{d['model']} {d['role']} at {d['url']} is down ({d['reason']})"
-                         + (f"; its log: {d['log']}" if d.get("log") else "")
-                         for d in down) or f"the shell router's /health answered {resp.status}"
+        return (
+            "; ".join(
+                f"{d['model']} {d['role']} at {d['url']} is down ({d['reason']})"
+                + (f"; its log: {d['log']}" if d.get("log") else "")
+                for d in down
+            )
+            or f"the shell router's /health answered {resp.status}"
+        )
 
     async def post_json(self, url: str, body: dict) -> int:
         async with self._session.post(url, json=body) as resp:

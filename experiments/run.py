@@ -51,8 +51,10 @@ def config_for(spec: RunSpec, setting: Setting) -> str:
     """The config file `setting` runs (#5 builds its single-model configs from the tree's)."""
     if setting.topology == "dense":
         if not spec.dense_config:
-            raise ValueError("setting 1 (dense all-to-all) needs --dense-config; add it or "
-                             "leave 1 out of --settings")
+            raise ValueError(
+                "setting 1 (dense all-to-all) needs --dense-config; add it or "
+                "leave 1 out of --settings"
+            )
         return spec.dense_config
     return spec.tree_config
 
@@ -93,12 +95,20 @@ def check_votes(spec: RunSpec) -> None:
             raise ValueError(
                 f"setting {s.number} on config '{cfg.name}' votes on extracted answers ({what}) "
                 f"but dataset '{dataset}' has no single answer to extract; use a config with "
-                "early_exit.method 'q' (and bypass criterion 'q'), or leave that setting out")
+                "early_exit.method 'q' (and bypass criterion 'q'), or leave that setting out"
+            )
 
 
-def result_row(q: Question, setting: Setting, config: str, graph: dict | None,
-               error: str | None, e2e_s: float, started_at: float | None = None,
-               single_model: str | None = None) -> dict:
+def result_row(
+    q: Question,
+    setting: Setting,
+    config: str,
+    graph: dict | None,
+    error: str | None,
+    e2e_s: float,
+    started_at: float | None = None,
+    single_model: str | None = None,
+) -> dict:
     """One results row. e2e_s is the runner's own clock around the whole-graph call, which it
     sent at wall time `started_at`; the agents' times count from the router's session start,
     at wall time `session_started_at`."""
@@ -124,8 +134,9 @@ def result_row(q: Question, setting: Setting, config: str, graph: dict | None,
     }
 
 
-def variants(spec: RunSpec, setting: Setting, cluster: dict | None = None
-             ) -> list[tuple[str | dict, str, str | None]]:
+def variants(
+    spec: RunSpec, setting: Setting, cluster: dict | None = None
+) -> list[tuple[str | dict, str, str | None]]:
     """What one question of `setting` runs: (config sent to the router, its name for the row,
     single model); one entry per model for #5, else one."""
     path = config_for(spec, setting)
@@ -134,8 +145,10 @@ def variants(spec: RunSpec, setting: Setting, cluster: dict | None = None
         return [(ref, name, None)]
     from router.config_loader import load_config
 
-    return [(c.model_dump(mode="json"), c.name, m)
-            for m, c in single_model_configs(load_config(path)).items()]
+    return [
+        (c.model_dump(mode="json"), c.name, m)
+        for m, c in single_model_configs(load_config(path)).items()
+    ]
 
 
 def row_keys(spec: RunSpec, setting: Setting, q: Question) -> list[tuple]:
@@ -170,8 +183,9 @@ async def _flush_one(client: RouterClient, url: str, retry_s: float) -> str | No
         await asyncio.sleep(0.2)
 
 
-async def flush_worker_caches(client: RouterClient, cluster: dict,
-                              retry_s: float = FLUSH_RETRY_S) -> None:
+async def flush_worker_caches(
+    client: RouterClient, cluster: dict, retry_s: float = FLUSH_RETRY_S
+) -> None:
     """Empty every worker's prefix cache so no setting profits from the one before it (and a
     wrong warm-up KV cannot hide behind another run's fresh computation); raise FlushFailed
     naming the workers that did not."""
@@ -181,20 +195,30 @@ async def flush_worker_caches(client: RouterClient, cluster: dict,
             if (why := await _flush_one(client, url, retry_s)) is not None:
                 failed.append(why)
     if failed:
-        raise FlushFailed("flush_cache failed on " + ", ".join(failed)
-                          + "; a sample measured on a warm cache would not be comparable")
+        raise FlushFailed(
+            "flush_cache failed on "
+            + ", ".join(failed)
+            + "; a sample measured on a warm cache would not be comparable"
+        )
 
 
-async def _run_setting(client: RouterClient, spec: RunSpec, cluster: dict, setting: Setting,
-                       questions: list[Question], writer, bar: tqdm, stats: dict,
-                       done: set | frozenset = frozenset()) -> None:
+async def _run_setting(
+    client: RouterClient,
+    spec: RunSpec,
+    cluster: dict,
+    setting: Setting,
+    questions: list[Question],
+    writer,
+    bar: tqdm,
+    stats: dict,
+    done: set | frozenset = frozenset(),
+) -> None:
     semaphore = asyncio.Semaphore(spec.concurrency)
     runs = variants(spec, setting, cluster)
 
     async def one(q: Question) -> None:
         for config, name, model in runs:
-            if (key := (q.id, setting.number, model) if model else (q.id, setting.number)) \
-                    in done:
+            if (key := (q.id, setting.number, model) if model else (q.id, setting.number)) in done:
                 continue
             async with semaphore:
                 await run_one(q, config, name, model, key)
@@ -203,13 +227,20 @@ async def _run_setting(client: RouterClient, spec: RunSpec, cluster: dict, setti
         started_at, t0 = time.time(), time.perf_counter()
         graph, error = None, None
         try:
-            graph = await client.run_graph(build_question_prompt(q), q.id, config,
-                                           setting.mode, setting.early_exit, q.dataset,
-                                           q.extra.get("task"))
+            graph = await client.run_graph(
+                build_question_prompt(q),
+                q.id,
+                config,
+                setting.mode,
+                setting.early_exit,
+                q.dataset,
+                q.extra.get("task"),
+            )
         except GraphRunError as e:
             error = str(e)
-        row = result_row(q, setting, name, graph, error, time.perf_counter() - t0, started_at,
-                         model)
+        row = result_row(
+            q, setting, name, graph, error, time.perf_counter() - t0, started_at, model
+        )
         writer.append(row)
         _update_bar(bar, stats, setting, row)
         if error and spec.fail_fast:
@@ -242,8 +273,15 @@ async def _stop_if_down(client: RouterClient, spec: RunSpec, what: str) -> None:
             await asyncio.sleep(0.5)
 
 
-def _record_failed(spec: RunSpec, setting: Setting, questions: list[Question], error: str,
-                   writer, bar: tqdm, stats: dict) -> None:
+def _record_failed(
+    spec: RunSpec,
+    setting: Setting,
+    questions: list[Question],
+    error: str,
+    writer,
+    bar: tqdm,
+    stats: dict,
+) -> None:
     """Rows for questions that could not be measured (their error says why)."""
     for q in questions:
         for _, name, model in variants(spec, setting):
@@ -276,8 +314,10 @@ async def run_async(spec: RunSpec, cluster: dict) -> None:
     results = spec.out_dir / "results.jsonl"
     done = completed_keys(results) if spec.resume else set()
     keys = {(s.number, q.id): row_keys(spec, s, q) for s in spec.settings for q in questions}
-    todo = {s.number: [q for q in questions if set(keys[(s.number, q.id)]) - done]
-            for s in spec.settings}
+    todo = {
+        s.number: [q for q in questions if set(keys[(s.number, q.id)]) - done]
+        for s in spec.settings
+    }
     total = sum(len(set(keys[(n, q.id)]) - done) for n, qs in todo.items() for q in qs)
     writer = ResultsWriter(results)
     stats: dict = {}
@@ -290,12 +330,12 @@ async def run_async(spec: RunSpec, cluster: dict) -> None:
                     _record_failed(spec, setting, batch, str(e), writer, bar, stats)
                     await _stop_if_down(client, spec, f"setting {setting.number}")
                     continue
-                await _run_setting(client, spec, cluster, setting, batch, writer, bar, stats,
-                                   done)
+                await _run_setting(client, spec, cluster, setting, batch, writer, bar, stats, done)
 
 
-def _schedule(spec: RunSpec, questions: list[Question],
-              todo: dict[int, list[Question]]) -> list[tuple[Setting, list[Question]]]:
+def _schedule(
+    spec: RunSpec, questions: list[Question], todo: dict[int, list[Question]]
+) -> list[tuple[Setting, list[Question]]]:
     """The order of (setting, questions) batches, each run on cold caches.
 
     One question at a time: settings interleave per question (q1: #1 #2 #3 #4, q2: ...), so a
@@ -325,8 +365,9 @@ def run_experiment(spec: RunSpec) -> list[Path]:
         from launch.commands import bring_up, make_stack
 
         configs = [spec.tree_config] + ([spec.dense_config] if spec.dense_config else [])
-        stack = make_stack(configs, spec.backend, spec.out_dir / "deployment", "127.0.0.1",
-                           spec.pin_cpus)
+        stack = make_stack(
+            configs, spec.backend, spec.out_dir / "deployment", "127.0.0.1", spec.pin_cpus
+        )
         try:
             cluster = bring_up(stack)
             asyncio.run(run_async(spec, cluster))

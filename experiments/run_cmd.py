@@ -16,9 +16,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--config", required=True, help="the tree topology (settings 2-4)")
     p.add_argument("--dense-config", help="the dense all-to-all topology (setting 1 only)")
-    p.add_argument("--dataset", required=True,
-                   help="gsm8k, math500, aime2025, mmlu_prox_lite, ifbench, bbh, hmmt_feb_2025, "
-                        "or a path to a JSONL of id, question[, answer]")
+    p.add_argument(
+        "--dataset",
+        required=True,
+        help="gsm8k, math500, aime2025, mmlu_prox_lite, ifbench, bbh, hmmt_feb_2025, "
+        "or a path to a JSONL of id, question[, answer]",
+    )
     p.add_argument("--num-samples", type=int, default=None, help="first N questions (default all)")
     p.add_argument("--settings", default="1,2,3,4", help="which settings, e.g. 2,3 (default all)")
     p.add_argument("--concurrency", type=int, default=1, help="questions in flight at once")
@@ -27,9 +30,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--backend", choices=["torch", "sglang"], default="torch")
     p.add_argument("--resume", action="store_true", help="skip (sample, setting) rows already done")
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed sample")
-    p.add_argument("--keep-going", action="store_true",
-                   help="when a worker is down, record the failed samples and go on (default: "
-                        "stop at the first failure whose deployment is down)")
+    p.add_argument(
+        "--keep-going",
+        action="store_true",
+        help="when a worker is down, record the failed samples and go on (default: "
+        "stop at the first failure whose deployment is down)",
+    )
     add_pin_cpus(p)
 
 
@@ -42,10 +48,21 @@ def main(args: argparse.Namespace) -> int:
         settings = parse_settings(args.settings)
         if args.concurrency < 1 or (args.num_samples is not None and args.num_samples < 1):
             raise ValueError("--concurrency and --num-samples must be at least 1")
-        spec = RunSpec(args.config, args.dense_config, args.dataset, args.num_samples, settings,
-                       args.concurrency, Path(args.out),
-                       Path(args.cluster) if args.cluster else None, args.resume,
-                       args.fail_fast, args.backend, args.pin_cpus, keep_going=args.keep_going)
+        spec = RunSpec(
+            args.config,
+            args.dense_config,
+            args.dataset,
+            args.num_samples,
+            settings,
+            args.concurrency,
+            Path(args.out),
+            Path(args.cluster) if args.cluster else None,
+            args.resume,
+            args.fail_fast,
+            args.backend,
+            args.pin_cpus,
+            keep_going=args.keep_going,
+        )
         written = run_experiment(spec)
     except ValueError as e:
         console.print(f"[red]error:[/red] {e}")
@@ -53,12 +70,16 @@ def main(args: argparse.Namespace) -> int:
     except (LaunchError, FailFast) as e:
         console.print(f"[red]error:[/red] {e}")
         _summarize_partial(console, Path(args.out))
-        console.print(f"rows written so far are kept in {args.out}/results.jsonl; continue "
-                      f"with: {resume_command(args)}")
+        console.print(
+            f"rows written so far are kept in {args.out}/results.jsonl; continue "
+            f"with: {resume_command(args)}"
+        )
         return 1
     except KeyboardInterrupt:
-        console.print(f"interrupted; rows written so far are kept in {args.out}/results.jsonl; "
-                      f"continue with: {resume_command(args)}")
+        console.print(
+            f"interrupted; rows written so far are kept in {args.out}/results.jsonl; "
+            f"continue with: {resume_command(args)}"
+        )
         return 130
     for path in written:
         console.print(f"wrote {path}")
@@ -78,8 +99,17 @@ def resume_command(args: argparse.Namespace) -> str:
     """The command line that continues this run (failed rows are retried)."""
     argv = list(getattr(args, "argv", None) or [])
     if not argv:
-        argv = ["run", "--config", args.config, "--dataset", args.dataset, "--out", args.out,
-                "--settings", args.settings]
+        argv = [
+            "run",
+            "--config",
+            args.config,
+            "--dataset",
+            args.dataset,
+            "--out",
+            args.out,
+            "--settings",
+            args.settings,
+        ]
         argv += ["--dense-config", args.dense_config] if args.dense_config else []
         argv += ["--cluster", args.cluster] if args.cluster else []
     if "--resume" not in argv:
@@ -95,7 +125,9 @@ def _report_failures(console: Console, args: argparse.Namespace) -> int:
     failed = [r for r in rows if not r.ok]
     if not failed:
         return 0
-    console.print(f"[red]{len(failed)} of {len(rows)} rows failed[/red]; first error "
-                  f"({failed[0].sample_id}, setting {failed[0].setting}): {failed[0].error}")
+    console.print(
+        f"[red]{len(failed)} of {len(rows)} rows failed[/red]; first error "
+        f"({failed[0].sample_id}, setting {failed[0].setting}): {failed[0].error}"
+    )
     console.print(f"retry the failed rows with: {resume_command(args)}")
     return 1

@@ -31,7 +31,9 @@ def parse_settings(text: str) -> list[Setting]:
     try:
         numbers = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(f"--settings takes numbers 1-5 separated by commas, got '{text}'") from None
+        raise ValueError(
+            f"--settings takes numbers 1-5 separated by commas, got '{text}'"
+        ) from None
     bad = [n for n in numbers if n not in SETTINGS]
     if bad or not numbers:
         raise ValueError(f"--settings takes numbers 1-5 separated by commas, got '{text}'")

@@ -22,17 +22,20 @@ def single_model_config(cfg: TopologyConfig, model: str) -> TopologyConfig:
     base = mine[0] if mine else leaves[0]
     sampling = cfg.sampling_of(cfg.final)
     agent = base.model_copy(update={"id": AGENT_ID, "model": model, "sampling": sampling})
-    return TopologyConfig.model_validate({
-        "name": f"{cfg.name}-single-{model}",
-        "description": f"setting #5: model {model} of {cfg.name} alone",
-        "models": {model: cfg.models[model].model_dump()},
-        "templates": {base.template: cfg.templates[base.template].model_dump()},
-        "agents": [agent.model_dump()],
-        "sampling": cfg.sampling.model_dump(),
-    })
+    return TopologyConfig.model_validate(
+        {
+            "name": f"{cfg.name}-single-{model}",
+            "description": f"setting #5: model {model} of {cfg.name} alone",
+            "models": {model: cfg.models[model].model_dump()},
+            "templates": {base.template: cfg.templates[base.template].model_dump()},
+            "agents": [agent.model_dump()],
+            "sampling": cfg.sampling.model_dump(),
+        }
+    )
 
 
 def single_model_configs(cfg: TopologyConfig) -> dict[str, TopologyConfig]:
     """model name → its single-agent config, in the config's model order."""
-    return {m: single_model_config(cfg, m) for m in cfg.models
-            if any(a.model == m for a in cfg.agents)}
+    return {
+        m: single_model_config(cfg, m) for m in cfg.models if any(a.model == m for a in cfg.agents)
+    }

@@ -81,9 +81,14 @@ class RssSampler(threading.Thread):
             if time.monotonic() - last_scan > 30:
                 self._find_children()
                 last_scan = time.monotonic()
-            self.samples.append({"t": time.monotonic(), "done": self.done_requests,
-                                 "load1": os.getloadavg()[0],
-                                 "rss_mb": {n: rss_mb(p) for n, p in self.procs.items()}})
+            self.samples.append(
+                {
+                    "t": time.monotonic(),
+                    "done": self.done_requests,
+                    "load1": os.getloadavg()[0],
+                    "rss_mb": {n: rss_mb(p) for n, p in self.procs.items()},
+                }
+            )
             self._halt.wait(self.interval_s)
 
     def stop(self) -> None:
@@ -91,8 +96,9 @@ class RssSampler(threading.Thread):
         self.join()
 
 
-async def drive(url: str, model: str, n: int, concurrency: int, max_tokens: int,
-                sampler: RssSampler) -> dict:
+async def drive(
+    url: str, model: str, n: int, concurrency: int, max_tokens: int, sampler: RssSampler
+) -> dict:
     questions = [q.question for q in load_questions("gsm8k", min(n, 1319))]
     latencies: list[float] = []
     errors: dict[str, int] = {}
@@ -102,8 +108,11 @@ async def drive(url: str, model: str, n: int, concurrency: int, max_tokens: int,
 
     async def worker(session: aiohttp.ClientSession) -> None:
         for i in todo:
-            body = {"model": model, "max_tokens": max_tokens,
-                    "messages": [{"role": "user", "content": questions[i % len(questions)]}]}
+            body = {
+                "model": model,
+                "max_tokens": max_tokens,
+                "messages": [{"role": "user", "content": questions[i % len(questions)]}],
+            }
             t0 = time.perf_counter()
             try:
                 async with session.post(f"{url}/v1/chat/completions", json=body) as resp:
@@ -123,9 +132,14 @@ async def drive(url: str, model: str, n: int, concurrency: int, max_tokens: int,
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
         wall = time.perf_counter() - t0
     bar.close()
-    return {"requests": n, "concurrency": concurrency, "wall_s": wall, "errors": errors,
-            "latency_median_s": statistics.median(latencies),
-            "latency_p99_s": sorted(latencies)[int(0.99 * (len(latencies) - 1))]}
+    return {
+        "requests": n,
+        "concurrency": concurrency,
+        "wall_s": wall,
+        "errors": errors,
+        "latency_median_s": statistics.median(latencies),
+        "latency_p99_s": sorted(latencies)[int(0.99 * (len(latencies) - 1))],
+    }
 
 
 def growth(samples: list[dict], warm_done: int) -> dict[str, dict]:
@@ -133,16 +147,19 @@ def growth(samples: list[dict], warm_done: int) -> dict[str, dict]:
     10% of samples, and the growth between them in %."""
     after = [s for s in samples if s["done"] >= warm_done]
     head = after[: max(3, len(after) // 10)]
-    tail = after[-max(3, len(after) // 10):]
+    tail = after[-max(3, len(after) // 10) :]
     out = {}
     for name in dict.fromkeys(n for s in samples for n in s["rss_mb"]):
         a = [s["rss_mb"][name] for s in head if s["rss_mb"].get(name) is not None]
         b = [s["rss_mb"][name] for s in tail if s["rss_mb"].get(name) is not None]
         if a and b:
             start, end = statistics.median(a), statistics.median(b)
-            out[name] = {"warm_mb": round(start, 1), "end_mb": round(end, 1),
-                         "growth_pct": round(100 * (end - start) / start, 2),
-                         "max_mb": round(max(b + a), 1)}
+            out[name] = {
+                "warm_mb": round(start, 1),
+                "end_mb": round(end, 1),
+                "growth_pct": round(100 * (end - start) / start, 2),
+                "max_mb": round(max(b + a), 1),
+            }
     return out
 
 
@@ -154,9 +171,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="tree_3_1_cpu")
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--concurrency", type=int, default=8)
-    ap.add_argument("--max-tokens", type=int, default=8, help="per agent (a copy of the config "
-                    "with every agent capped at this, so the soak measures requests, not "
-                    "decoding)")
+    ap.add_argument(
+        "--max-tokens",
+        type=int,
+        default=8,
+        help="per agent (a copy of the config "
+        "with every agent capped at this, so the soak measures requests, not "
+        "decoding)",
+    )
     ap.add_argument("--warmup-share", type=float, default=0.1)
     ap.add_argument("--out", default="runs/soak")
     args = ap.parse_args(argv)
@@ -173,9 +195,16 @@ def main(argv: list[str] | None = None) -> int:
         sampler = RssSampler({p.spec.name: p.pid for p in stack.procs})
         sampler.start()
         try:
-            report = asyncio.run(drive(stack.cluster()["shell_router_url"], cfg.name,
-                                       args.requests, args.concurrency, args.max_tokens,
-                                       sampler))
+            report = asyncio.run(
+                drive(
+                    stack.cluster()["shell_router_url"],
+                    cfg.name,
+                    args.requests,
+                    args.concurrency,
+                    args.max_tokens,
+                    sampler,
+                )
+            )
         finally:
             sampler.stop()
     report["rss"] = growth(sampler.samples, int(args.warmup_share * args.requests))

@@ -26,7 +26,11 @@ REFERENCE_SETTINGS = (1, 2)
 BLOCKING_REFERENCE = 2
 # Settings every other setting is compared with, paired per question (3: what early exit and
 # the single-model baseline are measured against, besides #1 and #2).
-PAIRED_REFERENCES = (1, 2, 3)  # the tree in blocking mode: what pipelined settings are measured against
+PAIRED_REFERENCES = (
+    1,
+    2,
+    3,
+)  # the tree in blocking mode: what pipelined settings are measured against
 
 
 @dataclass(slots=True)
@@ -82,14 +86,21 @@ class SettingSummary:
     error_messages: dict[str, int] = field(default_factory=dict)
 
 
-def per_sample_ratios(rows: Sequence[ResultRow], dataset: str, setting: int,
-                      ref: int, model: str | None = None) -> list[tuple[float, float]]:
+def per_sample_ratios(
+    rows: Sequence[ResultRow], dataset: str, setting: int, ref: int, model: str | None = None
+) -> list[tuple[float, float]]:
     """(e2e of `setting`, e2e of `ref`) for every sample of `dataset` both ran without error;
     `model` picks setting #5's rows of that model (the reference is a MoA setting)."""
-    mine = {r.sample_id: r.e2e_s for r in rows if r.dataset == dataset and r.ok
-            and r.setting == setting and r.single_model == model}
-    theirs = {r.sample_id: r.e2e_s for r in rows if r.dataset == dataset and r.ok
-              and r.setting == ref and r.single_model is None}
+    mine = {
+        r.sample_id: r.e2e_s
+        for r in rows
+        if r.dataset == dataset and r.ok and r.setting == setting and r.single_model == model
+    }
+    theirs = {
+        r.sample_id: r.e2e_s
+        for r in rows
+        if r.dataset == dataset and r.ok and r.setting == ref and r.single_model is None
+    }
     return [(e2e, theirs[sid]) for sid, e2e in mine.items() if sid in theirs]
 
 
@@ -102,8 +113,9 @@ def activation(rows: Sequence[ResultRow]) -> dict[str, float]:
     return activation_percentage(traces) if traces else {}
 
 
-def _latency_vs(rows: Sequence[ResultRow], dataset: str, setting: int, ref: int,
-                model: str | None = None) -> tuple[float | None, float | None]:
+def _latency_vs(
+    rows: Sequence[ResultRow], dataset: str, setting: int, ref: int, model: str | None = None
+) -> tuple[float | None, float | None]:
     pairs = [(a, b) for a, b in per_sample_ratios(rows, dataset, setting, ref, model) if b > 0]
     if not pairs:
         return None, None
@@ -111,8 +123,9 @@ def _latency_vs(rows: Sequence[ResultRow], dataset: str, setting: int, ref: int,
     return float(np.median(own / base)), float(own.mean() / base.mean())
 
 
-def _ratios(rows: Sequence[ResultRow], dataset: str, setting: int, ref: int,
-            model: str | None = None) -> list[float]:
+def _ratios(
+    rows: Sequence[ResultRow], dataset: str, setting: int, ref: int, model: str | None = None
+) -> list[float]:
     return [a / b for a, b in per_sample_ratios(rows, dataset, setting, ref, model) if b > 0]
 
 
@@ -121,14 +134,20 @@ def _ci(values: Sequence[float]) -> list[float] | None:
     return list(ci) if ci else None
 
 
-def paired_comparison(rows: Sequence[ResultRow], dataset: str, setting: int,
-                      ref: int, model: str | None = None) -> dict | None:
+def paired_comparison(
+    rows: Sequence[ResultRow], dataset: str, setting: int, ref: int, model: str | None = None
+) -> dict | None:
     """`setting` against `ref` on the samples both ran: latency ratio (median of per-sample
     ratios, 95% bootstrap CI), accuracy difference with its CI and McNemar's exact p."""
     ratios = _ratios(rows, dataset, setting, ref, model)
-    graded = {(r.sample_id, r.setting): bool(r.correct) for r in rows
-              if r.dataset == dataset and r.ok and r.correct is not None
-              and r.single_model == (model if r.setting == setting else None)}
+    graded = {
+        (r.sample_id, r.setting): bool(r.correct)
+        for r in rows
+        if r.dataset == dataset
+        and r.ok
+        and r.correct is not None
+        and r.single_model == (model if r.setting == setting else None)
+    }
     both = [sid for (sid, s) in graded if s == setting and (sid, ref) in graded]
     if not ratios and not both:
         return None
@@ -155,16 +174,23 @@ def _ci_mean(values: Sequence[float]) -> list[float] | None:
 
 def _single(values: set[str | None], what: str, dataset: str, setting: int) -> str | None:
     if len(values) > 1:
-        log.warning("dataset %s setting %d mixes %s values %s; the summary pools them",
-                    dataset, setting, what, sorted(map(str, values)))
+        log.warning(
+            "dataset %s setting %d mixes %s values %s; the summary pools them",
+            dataset,
+            setting,
+            what,
+            sorted(map(str, values)),
+        )
     return next(iter(values)) if len(values) == 1 else None
 
 
-def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int,
-                      model: str | None = None) -> SettingSummary:
+def summarize_setting(
+    rows: Sequence[ResultRow], dataset: str, setting: int, model: str | None = None
+) -> SettingSummary:
     """`rows` are every row of the run: the normalizations need the reference settings' rows."""
-    mine = [r for r in rows if r.dataset == dataset and r.setting == setting
-            and r.single_model == model]
+    mine = [
+        r for r in rows if r.dataset == dataset and r.setting == setting and r.single_model == model
+    ]
     ok = [r for r in mine if r.ok]
     graded = [bool(r.correct) for r in mine if r.correct is not None]
     acc = sum(graded) / len(graded) if graded else None
@@ -174,8 +200,9 @@ def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int,
     has_ee = any(r.early_exit for r in ok)  # settings without early exit show "-", not 0%
     total_e2e = float(lat.sum()) if lat.size else 0.0
     # Successors whose final request ran: their prefill worker reported prompt and cached tokens.
-    with_precursor = [a for r in ok for a in r.agents.values()
-                      if a.slot_order and a.prompt_tokens is not None]
+    with_precursor = [
+        a for r in ok for a in r.agents.values() if a.slot_order and a.prompt_tokens is not None
+    ]
     prompt = sum(a.prompt_tokens for a in with_precursor)
     decisions = [d for r in ok for d in r.early_exit]
     drawn = [d for d in decisions if d.q is not None and not d.moot]
@@ -199,17 +226,23 @@ def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int,
         activation_pct=activation(mine),
         latency_vs_1_ci=_ci(_ratios(rows, dataset, setting, 1, model)),
         latency_vs_2_ci=_ci(_ratios(rows, dataset, setting, 2, model)),
-        paired={f"vs_{ref}": c for ref in PAIRED_REFERENCES if ref != setting
-                and (c := paired_comparison(rows, dataset, setting, ref, model)) is not None},
+        paired={
+            f"vs_{ref}": c
+            for ref in PAIRED_REFERENCES
+            if ref != setting
+            and (c := paired_comparison(rows, dataset, setting, ref, model)) is not None
+        },
         ee_overhead_share=sum(ee_seconds) / total_e2e if has_ee and total_e2e > 0 else None,
         ee_seconds_mean=float(np.mean(ee_seconds)) if has_ee else None,
         ee_exit_rate=sum(d.exited for d in drawn) / len(drawn) if drawn else None,
         ee_moot=sum(d.moot for d in decisions) if has_ee else None,
         ee_critical_share=exit_wall / total_e2e if has_ee and total_e2e > 0 else None,
-        warmups_per_sample=(float(np.mean([sum(a.warmups for a in r.agents.values())
-                                           for r in ok])) if ok else None),
-        cached_token_ratio=(sum(a.cached_tokens or 0 for a in with_precursor) / prompt
-                            if prompt else None),
+        warmups_per_sample=(
+            float(np.mean([sum(a.warmups for a in r.agents.values()) for r in ok])) if ok else None
+        ),
+        cached_token_ratio=(
+            sum(a.cached_tokens or 0 for a in with_precursor) / prompt if prompt else None
+        ),
         config=_single({r.config for r in mine}, "config", dataset, setting),
         chunk_policy=_single({r.chunk_policy for r in mine}, "chunk_policy", dataset, setting),
         critical_path_s=median_breakdown(ok),
@@ -218,17 +251,22 @@ def summarize_setting(rows: Sequence[ResultRow], dataset: str, setting: int,
     )
 
 
-def _overlap_gain(rows: Sequence[ResultRow], mine: Sequence[ResultRow], dataset: str,
-                  setting: int) -> dict | None:
+def _overlap_gain(
+    rows: Sequence[ResultRow], mine: Sequence[ResultRow], dataset: str, setting: int
+) -> dict | None:
     """Against setting #2 (tree, blocking), for a pipelined setting."""
     if setting == BLOCKING_REFERENCE or not any(r.mode == "pipelined" for r in mine):
         return None
     gain = overlap_gain(rows, dataset, setting, BLOCKING_REFERENCE)
     if gain is None:
         return None
-    return {"vs_setting": BLOCKING_REFERENCE, "questions": gain.questions,
-            "possible_s": gain.possible_s, "realized_s": gain.realized_s,
-            "realized_over_possible": gain.realized_over_possible}
+    return {
+        "vs_setting": BLOCKING_REFERENCE,
+        "questions": gain.questions,
+        "possible_s": gain.possible_s,
+        "realized_s": gain.realized_s,
+        "realized_over_possible": gain.realized_over_possible,
+    }
 
 
 def summarize(rows: Sequence[ResultRow]) -> list[SettingSummary]:
@@ -244,32 +282,38 @@ def summary_document(summaries: Sequence[SettingSummary], source: str) -> dict:
         "latency_normalization": (
             "latency_vs_R_median: median over samples of e2e(setting)/e2e(#R); "
             "latency_vs_R_mean: mean e2e(setting) / mean e2e(#R); both over the samples that "
-            "both settings ran without error"),
+            "both settings ran without error"
+        ),
         "activation_pct": (
             "per model: % of its planned agent runs (samples x its agents) that completed and "
-            "were not killed by early exit; failed rows left out"),
+            "were not killed by early exit; failed rows left out"
+        ),
         "latency_vs_R_ci": "95% percentile bootstrap CI (10000 resamples of the samples) of "
-                           "latency_vs_R_median",
+        "latency_vs_R_median",
         "paired": (
             "per reference setting R over samples both ran without error: latency ratio median "
             "and 95% bootstrap CI; accuracy_diff = accuracy(this) - accuracy(R) over samples "
             "both graded, its 95% bootstrap CI, and McNemar's exact two-sided p on the "
-            "discordant pairs (only_this_correct, only_ref_correct)"),
+            "discordant pairs (only_this_correct, only_ref_correct)"
+        ),
         "critical_path_s": (
             "median seconds per part of the critical path (final agent back through the "
             "precursor that ended last): leaf_prefill (leaf request to first token), "
-            "exposed_prefill (successors' final request to first token), decode, other"),
+            "exposed_prefill (successors' final request to first token), decode, other"
+        ),
         "overlap_gain": (
             "pipelined settings vs #2 over paired questions: possible_s = sum of #2's exposed "
             "prefill on its critical path (what perfect overlap could save), realized_s = sum of "
-            "e2e(#2) - e2e(this)"),
+            "e2e(#2) - e2e(this)"
+        ),
         "settings": [asdict(s) for s in summaries],
     }
 
 
 def write_summary(summaries: Sequence[SettingSummary], path: str | Path, source: str) -> None:
-    Path(path).write_text(json.dumps(summary_document(summaries, source), indent=2) + "\n",
-                          encoding="utf-8")
+    Path(path).write_text(
+        json.dumps(summary_document(summaries, source), indent=2) + "\n", encoding="utf-8"
+    )
 
 
 def summarize_run(run_dir: str | Path, print_table: bool = True) -> dict:

@@ -14,7 +14,7 @@ from experiments.summary import SettingSummary
 
 
 def setting_label(number: int, model: str | None = None) -> str:
-    """"#3 tree, pipelined", and for #5 the model: "#5 single model qwen3-8b"."""
+    """ "#3 tree, pipelined", and for #5 the model: "#5 single model qwen3-8b"."""
     s = SETTINGS.get(number)
     label = s.label if s else f"#{number}"
     return f"{label} {model}" if model else label
@@ -72,42 +72,72 @@ def _activation(s: SettingSummary) -> str:
 
 def build_table(summaries: Sequence[SettingSummary], title: str = "MoA settings") -> Table:
     settings = sorted({s.setting for s in summaries})
-    table = Table(title=title, box=box.SIMPLE_HEAD, caption_justify="left", caption=(
-        "; ".join(setting_label(n) for n in settings) + ".\n"
-        "÷#R: E2E latency normalized to setting #R, as median of per-sample ratios / ratio of "
-        "means (samples both ran without error), the median's 95% bootstrap CI below. Δacc: "
-        "accuracy difference with the setting it extends, paired, McNemar's exact p.\n"
-        "act: % of a model's agent runs that completed "
-        "and were not killed. exits: exits ÷ decisions that drew (moot: the draw said exit "
-        "with nothing left to cut). EE: early-exit decision compute ÷ E2E / exiting decisions' "
-        "wall time (their delay on the critical path) ÷ E2E. cached: cached ÷ prompt "
-        "tokens of agents with precursors."))
-    for name in ("dataset", "set", "n", "err", "acc ± SE", "mean s", "med s", "p90 s",
-                 "÷#1 med/mean", "÷#2 med/mean", "Δacc", "act %", "exits", "EE",
-                 "warm-ups", "cached"):
-        table.add_column(name, justify="left" if name in ("dataset", "set", "act %")
-                         else "right", no_wrap=True)
+    table = Table(
+        title=title,
+        box=box.SIMPLE_HEAD,
+        caption_justify="left",
+        caption=(
+            "; ".join(setting_label(n) for n in settings) + ".\n"
+            "÷#R: E2E latency normalized to setting #R, as median of per-sample ratios / ratio of "
+            "means (samples both ran without error), the median's 95% bootstrap CI below. Δacc: "
+            "accuracy difference with the setting it extends, paired, McNemar's exact p.\n"
+            "act: % of a model's agent runs that completed "
+            "and were not killed. exits: exits ÷ decisions that drew (moot: the draw said exit "
+            "with nothing left to cut). EE: early-exit decision compute ÷ E2E / exiting decisions' "
+            "wall time (their delay on the critical path) ÷ E2E. cached: cached ÷ prompt "
+            "tokens of agents with precursors."
+        ),
+    )
+    for name in (
+        "dataset",
+        "set",
+        "n",
+        "err",
+        "acc ± SE",
+        "mean s",
+        "med s",
+        "p90 s",
+        "÷#1 med/mean",
+        "÷#2 med/mean",
+        "Δacc",
+        "act %",
+        "exits",
+        "EE",
+        "warm-ups",
+        "cached",
+    ):
+        table.add_column(
+            name, justify="left" if name in ("dataset", "set", "act %") else "right", no_wrap=True
+        )
     previous = None
     for s in summaries:
         if previous is not None and s.dataset != previous:
             table.add_section()
         previous = s.dataset
         table.add_row(
-            s.dataset, f"#{s.setting}" + (f" {s.single_model}" if s.single_model else ""),
-            str(s.n), f"[red]{s.errors}[/red]" if s.errors else "0",
-            _accuracy(s), _num(s.latency_mean_s), _num(s.latency_median_s),
+            s.dataset,
+            f"#{s.setting}" + (f" {s.single_model}" if s.single_model else ""),
+            str(s.n),
+            f"[red]{s.errors}[/red]" if s.errors else "0",
+            _accuracy(s),
+            _num(s.latency_mean_s),
+            _num(s.latency_median_s),
             _num(s.latency_p90_s),
             _ratio_pair(s.latency_vs_1_median, s.latency_vs_1_mean, s.latency_vs_1_ci),
             _ratio_pair(s.latency_vs_2_median, s.latency_vs_2_mean, s.latency_vs_2_ci),
             _accuracy_diff(s),
-            _activation(s), _exits(s), _ee(s), _num(s.warmups_per_sample, "{:.1f}"),
+            _activation(s),
+            _exits(s),
+            _ee(s),
+            _num(s.warmups_per_sample, "{:.1f}"),
             _pct(s.cached_token_ratio),
         )
     return table
 
 
-def print_table(summaries: Sequence[SettingSummary], console: Console | None = None,
-                title: str = "MoA settings") -> None:
+def print_table(
+    summaries: Sequence[SettingSummary], console: Console | None = None, title: str = "MoA settings"
+) -> None:
     if console is None:
         console = Console()
         if not console.is_terminal:  # a log file or pipe: do not squeeze to 80 columns

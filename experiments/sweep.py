@@ -48,12 +48,20 @@ def run_with_experiments_run(job: SweepJob) -> object:
     from experiments.run import RunSpec, run_experiment
     from experiments.settings import SETTINGS
 
-    return run_experiment(RunSpec(
-        tree_config=job.config, dense_config=job.dense_config, dataset=job.dataset,
-        num_samples=job.num_samples, settings=[SETTINGS[s] for s in job.settings],
-        concurrency=job.concurrency, out_dir=job.out_dir,
-        cluster_path=Path(job.cluster) if job.cluster else None, resume=job.resume,
-        backend=job.backend))
+    return run_experiment(
+        RunSpec(
+            tree_config=job.config,
+            dense_config=job.dense_config,
+            dataset=job.dataset,
+            num_samples=job.num_samples,
+            settings=[SETTINGS[s] for s in job.settings],
+            concurrency=job.concurrency,
+            out_dir=job.out_dir,
+            cluster_path=Path(job.cluster) if job.cluster else None,
+            resume=job.resume,
+            backend=job.backend,
+        )
+    )
 
 
 def _slug(text: str) -> str:
@@ -65,33 +73,50 @@ def _slug(text: str) -> str:
 def plan_jobs(spec: SweepSpec, resume: bool = False) -> list[SweepJob]:
     """Every combination, in spec order, each with its own run dir under spec.out."""
     return [
-        SweepJob(config=config, dense_config=spec.dense_config, dataset=dataset,
-                 settings=list(spec.settings), chunk_policy=policy,
-                 num_samples=spec.num_samples, concurrency=spec.concurrency,
-                 out_dir=Path(spec.out) / _slug(config) / _slug(dataset) / _slug(policy),
-                 backend=spec.backend, cluster=spec.cluster, resume=resume)
-        for config in spec.configs for dataset in spec.datasets for policy in spec.chunk_policies
+        SweepJob(
+            config=config,
+            dense_config=spec.dense_config,
+            dataset=dataset,
+            settings=list(spec.settings),
+            chunk_policy=policy,
+            num_samples=spec.num_samples,
+            concurrency=spec.concurrency,
+            out_dir=Path(spec.out) / _slug(config) / _slug(dataset) / _slug(policy),
+            backend=spec.backend,
+            cluster=spec.cluster,
+            resume=resume,
+        )
+        for config in spec.configs
+        for dataset in spec.datasets
+        for policy in spec.chunk_policies
     ]
 
 
 def csv_row(job: SweepJob, summary: SettingSummary | None, status: str) -> dict:
-    base = {"config": _slug(job.config), "dataset": job.dataset, "chunk_policy": job.chunk_policy,
-            "status": status, "run_dir": str(job.out_dir)}
+    base = {
+        "config": _slug(job.config),
+        "dataset": job.dataset,
+        "chunk_policy": job.chunk_policy,
+        "status": status,
+        "run_dir": str(job.out_dir),
+    }
     if summary is None:
         return base
     values = asdict(summary)
     values.pop("dataset")
     values.pop("config")
     values.pop("chunk_policy")
-    values["activation_pct"] = ";".join(f"{m}={v:.1f}"
-                                        for m, v in sorted(summary.activation_pct.items()))
+    values["activation_pct"] = ";".join(
+        f"{m}={v:.1f}" for m, v in sorted(summary.activation_pct.items())
+    )
     return {**base, **values}
 
 
 def csv_columns() -> list[str]:
     skip = {"dataset", "config", "chunk_policy"}
-    return (["config", "dataset", "chunk_policy", "status", "run_dir"]
-            + [f.name for f in fields(SettingSummary) if f.name not in skip])
+    return ["config", "dataset", "chunk_policy", "status", "run_dir"] + [
+        f.name for f in fields(SettingSummary) if f.name not in skip
+    ]
 
 
 def write_csv(rows: list[dict], path: Path) -> None:
@@ -102,16 +127,23 @@ def write_csv(rows: list[dict], path: Path) -> None:
         writer.writerows(rows)
 
 
-def run_sweep(spec: SweepSpec, runner: Runner, resume: bool = False,
-              fail_fast: bool = False) -> list[dict]:
+def run_sweep(
+    spec: SweepSpec, runner: Runner, resume: bool = False, fail_fast: bool = False
+) -> list[dict]:
     """Run every job, rewriting OUT/sweep.csv after each so an interrupted sweep keeps what it
     has; a failed job gets one row with status 'error: ...' and the sweep goes on."""
     rows: list[dict] = []
     csv_path = Path(spec.out) / "sweep.csv"
     jobs = plan_jobs(spec, resume)
     for i, job in enumerate(jobs, 1):
-        log.info("sweep %d/%d: %s on %s, chunk policy %s", i, len(jobs), job.config,
-                 job.dataset, job.chunk_policy)
+        log.info(
+            "sweep %d/%d: %s on %s, chunk policy %s",
+            i,
+            len(jobs),
+            job.config,
+            job.dataset,
+            job.chunk_policy,
+        )
         job.out_dir.mkdir(parents=True, exist_ok=True)
         try:
             job.config = config_with_chunk_policy(job.config, job.chunk_policy, job.out_dir)
@@ -139,30 +171,65 @@ def _pct(v: float | None, digits: int = 1) -> str:
 
 
 def build_table(rows: list[dict]) -> Table:
-    table = Table(title="sweep", box=box.SIMPLE_HEAD, caption_justify="left", caption=(
-        "÷#R: median of per-sample E2E latency ratios to setting #R. EE: early-exit time ÷ E2E."))
-    for name in ("config", "dataset", "chunk", "set", "n", "err", "acc", "med s", "÷#1", "÷#2",
-                 "EE", "cached", "status"):
-        table.add_column(name, no_wrap=True,
-                         justify="left" if name in ("config", "dataset", "chunk", "status")
-                         else "right")
+    table = Table(
+        title="sweep",
+        box=box.SIMPLE_HEAD,
+        caption_justify="left",
+        caption=(
+            "÷#R: median of per-sample E2E latency ratios to setting #R. EE: early-exit time ÷ E2E."
+        ),
+    )
+    for name in (
+        "config",
+        "dataset",
+        "chunk",
+        "set",
+        "n",
+        "err",
+        "acc",
+        "med s",
+        "÷#1",
+        "÷#2",
+        "EE",
+        "cached",
+        "status",
+    ):
+        table.add_column(
+            name,
+            no_wrap=True,
+            justify="left" if name in ("config", "dataset", "chunk", "status") else "right",
+        )
     for r in rows:
         table.add_row(
-            r["config"], r["dataset"], r["chunk_policy"], _fmt(r.get("setting"), "#{}"),
-            _fmt(r.get("n"), "{}"), _fmt(r.get("errors"), "{}"),
+            r["config"],
+            r["dataset"],
+            r["chunk_policy"],
+            _fmt(r.get("setting"), "#{}"),
+            _fmt(r.get("n"), "{}"),
+            _fmt(r.get("errors"), "{}"),
             _pct(r.get("accuracy")),
-            _fmt(r.get("latency_median_s"), "{:.2f}"), _fmt(r.get("latency_vs_1_median"), "{:.2f}"),
+            _fmt(r.get("latency_median_s"), "{:.2f}"),
+            _fmt(r.get("latency_vs_1_median"), "{:.2f}"),
             _fmt(r.get("latency_vs_2_median"), "{:.2f}"),
-            _pct(r.get("ee_overhead_share")), _pct(r.get("cached_token_ratio"), 0),
-            r["status"] if r["status"] == "ok" else f"[red]{r['status'][:60]}[/red]")
+            _pct(r.get("ee_overhead_share")),
+            _pct(r.get("cached_token_ratio"), 0),
+            r["status"] if r["status"] == "ok" else f"[red]{r['status'][:60]}[/red]",
+        )
     return table
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("spec", metavar="SPEC.json", help="configs, datasets, settings, chunk "
-                   "policies, num_samples, concurrency, out (see experiments/sweep_spec.py)")
-    p.add_argument("--resume", action="store_true", help="skip (sample, setting) pairs already "
-                   "in each run's results.jsonl")
+    p.add_argument(
+        "spec",
+        metavar="SPEC.json",
+        help="configs, datasets, settings, chunk "
+        "policies, num_samples, concurrency, out (see experiments/sweep_spec.py)",
+    )
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="skip (sample, setting) pairs already in each run's results.jsonl",
+    )
     p.add_argument("--fail-fast", action="store_true", help="stop at the first failed run")
 
 

@@ -43,8 +43,9 @@ class SweepSpec(BaseModel):
     def _settings(cls, v: list[int]) -> list[int]:
         bad = [s for s in v if s not in (1, 2, 3, 4, 5)]
         if bad or not v:
-            raise ValueError(f"settings are numbers 1-5 (paper settings #1-#4, #5 single "
-                             f"model), got {v}")
+            raise ValueError(
+                f"settings are numbers 1-5 (paper settings #1-#4, #5 single model), got {v}"
+            )
         return list(dict.fromkeys(v))
 
     @field_validator("chunk_policies")
@@ -57,16 +58,20 @@ class SweepSpec(BaseModel):
     @model_validator(mode="after")
     def _consistent(self) -> SweepSpec:
         if 1 in self.settings and not self.dense_config:
-            raise ValueError("setting 1 (dense all-to-all) needs 'dense_config'; add it or drop "
-                             "1 from 'settings'")
+            raise ValueError(
+                "setting 1 (dense all-to-all) needs 'dense_config'; add it or drop "
+                "1 from 'settings'"
+            )
         if self.cluster and self.chunk_policies != ["config"]:
-            raise ValueError("'chunk_policies' rewrites configs, which needs a fresh deployment "
-                             "per run; drop 'cluster' or leave 'chunk_policies' out")
+            raise ValueError(
+                "'chunk_policies' rewrites configs, which needs a fresh deployment "
+                "per run; drop 'cluster' or leave 'chunk_policies' out"
+            )
         return self
 
 
 def parse_chunk_policy(text: str) -> tuple[str, int | None] | None:
-    """"config" -> None; "adaptive" -> ("adaptive", None); "fixed:64" -> ("fixed", 64)."""
+    """ "config" -> None; "adaptive" -> ("adaptive", None); "fixed:64" -> ("fixed", 64)."""
     if text == "config":
         return None
     if text == "adaptive":
@@ -74,8 +79,9 @@ def parse_chunk_policy(text: str) -> tuple[str, int | None] | None:
     m = re.fullmatch(r"fixed:(\d+)", text)
     if m and int(m.group(1)) > 0:
         return ("fixed", int(m.group(1)))
-    raise ValueError(f"chunk policy {text!r} is not one of 'config', 'adaptive', 'fixed:N' "
-                     "(N > 0 tokens)")
+    raise ValueError(
+        f"chunk policy {text!r} is not one of 'config', 'adaptive', 'fixed:N' (N > 0 tokens)"
+    )
 
 
 def load_spec(path: str | Path) -> SweepSpec:

@@ -33,15 +33,23 @@ def pick_question(rows: Sequence[ResultRow]) -> str | None:
 
 
 def timeline_figure(rows: Sequence[ResultRow], sample_id: str) -> Figure:
-    mine = sorted((r for r in rows if r.sample_id == sample_id and r.ok
-                   and r.single_model is None), key=lambda r: r.setting)
+    mine = sorted(
+        (r for r in rows if r.sample_id == sample_id and r.ok and r.single_model is None),
+        key=lambda r: r.setting,
+    )
     # Each setting may run another topology (#1 is dense), so each panel lists its own agents.
-    orders = [sorted(r.agents, key=lambda a, r=r: (r.agents[a].layer or 0, a), reverse=True)
-              for r in mine]
+    orders = [
+        sorted(r.agents, key=lambda a, r=r: (r.agents[a].layer or 0, a), reverse=True) for r in mine
+    ]
     span = max(r.e2e_s for r in mine)
     fig = Figure(figsize=(11, 0.9 + 0.28 * sum(len(o) + 2 for o in orders)))
-    axes = fig.subplots(len(mine), 1, sharex=True, squeeze=False,
-                        gridspec_kw={"height_ratios": [len(o) + 2 for o in orders]})[:, 0]
+    axes = fig.subplots(
+        len(mine),
+        1,
+        sharex=True,
+        squeeze=False,
+        gridspec_kw={"height_ratios": [len(o) + 2 for o in orders]},
+    )[:, 0]
     for ax, row, order in zip(axes, mine, orders):
         _draw(ax, row, order)
         ax.set_xlim(0, span * 1.02)
@@ -71,16 +79,20 @@ def _draw(ax, row: ResultRow, order: list[str]) -> None:
         else:
             request = a.final_request_s if a.final_request_s is not None else start
             first = a.first_token_s if a.first_token_s is not None else a.end_s
-            bars = [((start, request - start), COLORS["wait"]),
-                    ((request, first - request), COLORS["prefill"]),
-                    ((first, a.end_s - first), COLORS["decode"])]
+            bars = [
+                ((start, request - start), COLORS["wait"]),
+                ((request, first - request), COLORS["prefill"]),
+                ((first, a.end_s - first), COLORS["decode"]),
+            ]
         for (x, w), color in bars:
             if w > 0:
-                ax.broken_barh([(x, w)], (y - 0.35, 0.7), facecolors=color, edgecolor=edge,
-                               linewidth=1.2)
+                ax.broken_barh(
+                    [(x, w)], (y - 0.35, 0.7), facecolors=color, edgecolor=edge, linewidth=1.2
+                )
         for sent, replied, *_ in a.warmup_spans:
-            ax.broken_barh([(sent, max(replied - sent, 0.02))], (y - 0.15, 0.3),
-                           facecolors=COLORS["warmup"])
+            ax.broken_barh(
+                [(sent, max(replied - sent, 0.02))], (y - 0.15, 0.3), facecolors=COLORS["warmup"]
+            )
         if a.killed:
             ax.plot([a.end_s], [y], marker="x", color="black", markersize=5)
     ax.set_yticks(range(len(order)), order, fontsize=7)

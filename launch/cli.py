@@ -38,8 +38,9 @@ def _cmd_show(args: argparse.Namespace) -> int:
     from router.config_loader import load_config
 
     if bool(args.config) == bool(args.config_opt):
-        print("error: name one config, as `moa-pd show CONFIG` or `--config CONFIG`",
-              file=sys.stderr)
+        print(
+            "error: name one config, as `moa-pd show CONFIG` or `--config CONFIG`", file=sys.stderr
+        )
         return 2
     print(render_graph(load_config(args.config or args.config_opt)))
     return 0
@@ -50,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("validate", help="check topology configs without starting anything")
-    p.add_argument("configs", nargs="*", metavar="CONFIG", help="a config file's path or a "
-                   "cfgs/ name")
+    p.add_argument(
+        "configs", nargs="*", metavar="CONFIG", help="a config file's path or a cfgs/ name"
+    )
     p.add_argument("--config", action="append", help="a config (path or name), repeatable")
     p.set_defaults(func=_cmd_validate)
 

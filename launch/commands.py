@@ -19,8 +19,14 @@ def default_run_dir() -> Path:
     return Path("runs") / time.strftime("%Y%m%d-%H%M%S")
 
 
-def make_stack(config_names: list[str], backend: str, run_dir: Path, host: str,
-               pin_cpus: bool = False, warmup_verb: str = "generate") -> Stack:
+def make_stack(
+    config_names: list[str],
+    backend: str,
+    run_dir: Path,
+    host: str,
+    pin_cpus: bool = False,
+    warmup_verb: str = "generate",
+) -> Stack:
     paths = [str(resolve_config_path(c)) for c in config_names]
     configs = [load_config(p) for p in paths]
     load_configs_by_name(paths)  # two different configs under one name: stop before starting
@@ -29,21 +35,35 @@ def make_stack(config_names: list[str], backend: str, run_dir: Path, host: str,
         from launch.gpus import assign_gpus, free_memory_by_gpu, has_nvidia_gpus
 
         if has_nvidia_gpus():
-            n = sum(m.workers.prefill + m.workers.decode
-                    for m in {k: v for c in configs for k, v in c.models.items()}.values())
+            n = sum(
+                m.workers.prefill + m.workers.decode
+                for m in {k: v for c in configs for k, v in c.models.items()}.values()
+            )
             gpu_ids = assign_gpus(n, free_memory_by_gpu())
         else:
             # No GPU: real SGLang on its own CPU path (sglang_ext/sglang_backend/cpu.py).
             sglang_cpu = True
-            console.print("no NVIDIA GPU here: real SGLang runs on its CPU path "
-                          "(≈3.7 GB and ≈20-30 s to start per worker)")
-    return Stack(configs, paths, backend, run_dir, host=host, gpu_ids=gpu_ids, pin_cpus=pin_cpus,
-                 sglang_cpu=sglang_cpu, warmup_verb=warmup_verb)
+            console.print(
+                "no NVIDIA GPU here: real SGLang runs on its CPU path "
+                "(≈3.7 GB and ≈20-30 s to start per worker)"
+            )
+    return Stack(
+        configs,
+        paths,
+        backend,
+        run_dir,
+        host=host,
+        gpu_ids=gpu_ids,
+        pin_cpus=pin_cpus,
+        sglang_cpu=sglang_cpu,
+        warmup_verb=warmup_verb,
+    )
 
 
 def bring_up(stack: Stack) -> dict:
     """Start the stack with a live status line per ready process."""
     with console.status("starting workers...") as status:
+
         def ready(proc) -> None:
             console.print(f"  [green]ready[/green] {proc.spec.name} ({proc.spec.health_url})")
             status.update(f"waiting for the rest (started {len(stack.procs)})...")
@@ -54,8 +74,14 @@ def bring_up(stack: Stack) -> dict:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    stack = make_stack(args.config, args.backend, Path(args.run_dir or default_run_dir()),
-                       args.host, args.pin_cpus, args.warmup_verb)
+    stack = make_stack(
+        args.config,
+        args.backend,
+        Path(args.run_dir or default_run_dir()),
+        args.host,
+        args.pin_cpus,
+        args.warmup_verb,
+    )
     stack.die_with_parent = not args.detach
     try:
         cluster = bring_up(stack)
@@ -72,8 +98,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
         while all(p.popen.poll() is None for p in stack.procs):
             time.sleep(1.0)
         dead = next(p for p in stack.procs if p.popen.poll() is not None)
-        console.print(f"[red]{dead.spec.name} exited[/red]; last lines of its log:\n"
-                      f"{dead.log_tail()}")
+        console.print(
+            f"[red]{dead.spec.name} exited[/red]; last lines of its log:\n{dead.log_tail()}"
+        )
         return 1
     except KeyboardInterrupt:
         return 0
@@ -83,9 +110,12 @@ def _cmd_up(args: argparse.Namespace) -> int:
 
 
 def add_pin_cpus(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--pin-cpus", action="store_true",
-                   help="pin each worker to its own CPU cores (prefill from the first core, "
-                        "decode from the last), as separate GPUs would keep them apart")
+    p.add_argument(
+        "--pin-cpus",
+        action="store_true",
+        help="pin each worker to its own CPU cores (prefill from the first core, "
+        "decode from the last), as separate GPUs would keep them apart",
+    )
 
 
 def _cmd_down(args: argparse.Namespace) -> int:
@@ -100,16 +130,25 @@ def _cmd_down(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("up", help="start workers, native routers and the shell router")
-    p.add_argument("--config", action="append", required=True,
-                   help="topology config (path or name); repeat for several")
+    p.add_argument(
+        "--config",
+        action="append",
+        required=True,
+        help="topology config (path or name); repeat for several",
+    )
     p.add_argument("--backend", choices=["torch", "sglang"], default="torch")
     p.add_argument("--run-dir", help="where cluster.json and logs go (default runs/<time>)")
     p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--warmup-verb", choices=["generate", "prefill_only"], default="generate",
-                   help="how the shell router sends warm-ups: SGLang's /generate with the fake "
-                        "bootstrap host (default), or the /prefill_only route both backends serve")
-    p.add_argument("--detach", action="store_true",
-                   help="return once healthy, leave the processes running")
+    p.add_argument(
+        "--warmup-verb",
+        choices=["generate", "prefill_only"],
+        default="generate",
+        help="how the shell router sends warm-ups: SGLang's /generate with the fake "
+        "bootstrap host (default), or the /prefill_only route both backends serve",
+    )
+    p.add_argument(
+        "--detach", action="store_true", help="return once healthy, leave the processes running"
+    )
     add_pin_cpus(p)
     p.set_defaults(func=_cmd_up)
 

@@ -15,11 +15,15 @@ def has_nvidia_gpus() -> bool:
 def free_memory_by_gpu() -> dict[int, int]:
     """{gpu index: free MiB} from nvidia-smi."""
     if shutil.which("nvidia-smi") is None:
-        raise LaunchError("--backend sglang needs NVIDIA GPUs, but nvidia-smi is not on PATH; "
-                          "use --backend torch on machines without a GPU")
+        raise LaunchError(
+            "--backend sglang needs NVIDIA GPUs, but nvidia-smi is not on PATH; "
+            "use --backend torch on machines without a GPU"
+        )
     out = subprocess.run(
         ["nvidia-smi", "--query-gpu=index,memory.free", "--format=csv,noheader,nounits"],
-        capture_output=True, text=True, check=True,
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     return parse_nvidia_smi(out)
 

@@ -91,9 +91,15 @@ def start(spec: ProcSpec, log_dir: Path, die_with_parent: bool = True) -> Proc:
         out.flush()
         # start_new_session: its own process group, so `down` can stop it and its children
         # without touching anything else, and Ctrl-C in our terminal reaches only us.
-        popen = subprocess.Popen(spec.argv, stdout=out, stderr=subprocess.STDOUT, env=env,
-                                 stdin=subprocess.DEVNULL, start_new_session=True,
-                                 preexec_fn=_die_with_parent if die_with_parent else None)  # noqa: PLW1509 - one prctl call, no locks
+        popen = subprocess.Popen(
+            spec.argv,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=_die_with_parent if die_with_parent else None,  # noqa: PLW1509 - one prctl call, no locks
+        )
     if spec.cpus:
         # Popen returns once the child has exec'd: it is a single thread starting Python, and
         # every thread it starts later (torch, NIXL, HTTP) inherits this mask.
@@ -126,8 +132,9 @@ def healthy(url: str, timeout: float = 2.0) -> bool:
         return False
 
 
-def wait_healthy(procs: list[Proc], timeout_s: float,
-                 on_ready: Callable[[Proc], None] | None = None) -> None:
+def wait_healthy(
+    procs: list[Proc], timeout_s: float, on_ready: Callable[[Proc], None] | None = None
+) -> None:
     """Block until every proc answers 200 on its health URL; fail fast if one exits."""
     pending = [p for p in procs if p.spec.health_url]
     deadline = time.monotonic() + timeout_s
@@ -156,14 +163,14 @@ def wait_routable(url: str, timeout_s: float = 120.0, proc: Proc | None = None) 
     """Block until a native sglang-router at url routes a request. It answers /health at once but
     registers its workers in the background, so send a 1-token greedy /generate until one
     returns 200. proc: the router's process, whose log tail goes into the error."""
-    body = json.dumps({"input_ids": [1, 2, 3],
-                       "sampling_params": {"max_new_tokens": 1, "temperature": 0}}).encode()
+    body = json.dumps(
+        {"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 1, "temperature": 0}}
+    ).encode()
     deadline, last = time.monotonic() + timeout_s, ""
     while time.monotonic() < deadline:
         if proc is not None and proc.popen.poll() is not None:
             break
-        req = urllib.request.Request(url + "/generate", body,
-                                     {"Content-Type": "application/json"})
+        req = urllib.request.Request(url + "/generate", body, {"Content-Type": "application/json"})
         try:
             with urllib.request.urlopen(req, timeout=60) as resp:
                 if resp.status == 200:
@@ -174,8 +181,9 @@ def wait_routable(url: str, timeout_s: float = 120.0, proc: Proc | None = None) 
             last = repr(e)
         time.sleep(0.5)
     where = f"; last lines of {proc.log_path}:\n{proc.log_tail()}" if proc else ""
-    raise LaunchError(f"router {url} routes no request after {timeout_s:.0f} s "
-                      f"(last answer: {last}){where}")
+    raise LaunchError(
+        f"router {url} routes no request after {timeout_s:.0f} s (last answer: {last}){where}"
+    )
 
 
 def stop_group(pid: int, grace_s: float = 10.0) -> None:
@@ -237,10 +245,16 @@ def process_start_ticks(pid: int) -> int | None:
 
 
 def write_pidfile(path: Path, procs: list[Proc]) -> None:
-    rows = [{"name": p.spec.name, "pid": p.pid, "start_ticks": process_start_ticks(p.pid),
-             "log": str(p.log_path), "argv": p.spec.argv} for p in procs]
+    rows = [
+        {
+            "name": p.spec.name,
+            "pid": p.pid,
+            "start_ticks": process_start_ticks(p.pid),
+            "log": str(p.log_path),
+            "argv": p.spec.argv,
+        }
+        for p in procs
+    ]
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(rows, indent=2))
     tmp.replace(path)
-
-

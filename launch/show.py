@@ -10,8 +10,9 @@ def render_graph(cfg: TopologyConfig) -> str:
     depth = layers(cfg)
     readers = successors(cfg)
     n_layers = max(depth.values())
-    lines = [(f"{cfg.name}: {len(cfg.agents)} agents in {n_layers} layers, final agent "
-             f"'{cfg.final}'")]
+    lines = [
+        (f"{cfg.name}: {len(cfg.agents)} agents in {n_layers} layers, final agent '{cfg.final}'")
+    ]
     if cfg.description:
         lines.append(f"  {cfg.description}")
     models = ", ".join(f"{name} = {spec.model_path}" for name, spec in cfg.models.items())

@@ -100,10 +100,19 @@ def resolve_model(spec: ModelSpec, backend: str, local: bool = False) -> tuple[s
 
 
 class Stack:
-    def __init__(self, configs: list[TopologyConfig], config_paths: list[str], backend: str,
-                 run_dir: Path, host: str = "127.0.0.1", gpu_ids: list[int] | None = None,
-                 startup_timeout_s: float = 600.0, pin_cpus: bool = False,
-                 sglang_cpu: bool = False, warmup_verb: str = "generate"):
+    def __init__(
+        self,
+        configs: list[TopologyConfig],
+        config_paths: list[str],
+        backend: str,
+        run_dir: Path,
+        host: str = "127.0.0.1",
+        gpu_ids: list[int] | None = None,
+        startup_timeout_s: float = 600.0,
+        pin_cpus: bool = False,
+        sglang_cpu: bool = False,
+        warmup_verb: str = "generate",
+    ):
         self.configs, self.config_paths = configs, config_paths
         self.backend, self.run_dir, self.host = backend, Path(run_dir), host
         self.gpu_ids = gpu_ids
@@ -151,20 +160,36 @@ class Stack:
         specs = []
         gpus = iter(self.gpu_ids or [])
         for m in self.models.values():
-            roles = [("prefill", i, port, m.bootstrap_ports[i])
-                     for i, port in enumerate(m.prefill_ports)]
+            roles = [
+                ("prefill", i, port, m.bootstrap_ports[i]) for i, port in enumerate(m.prefill_ports)
+            ]
             roles += [("decode", i, port, None) for i, port in enumerate(m.decode_ports)]
             for role, i, port, bport in roles:
                 gpu = next(gpus, None) if self.backend == "sglang" else None
-                argv = worker_argv(self.backend, m.model_path, m.spec, role, self.host, port,
-                                   bport, m.tokenizer_path, gpu)
+                argv = worker_argv(
+                    self.backend,
+                    m.model_path,
+                    m.spec,
+                    role,
+                    self.host,
+                    port,
+                    bport,
+                    m.tokenizer_path,
+                    gpu,
+                )
                 env = {}
                 if self.sglang_cpu:
                     argv += cpu.worker_flags(role)
                     env = cpu.worker_env(role)
-                specs.append(ProcSpec(f"{m.name}.{role}{i}", argv,
-                                      f"http://{self.host}:{port}/health", env=env,
-                                      ports=[port] + ([bport] if bport else [])))
+                specs.append(
+                    ProcSpec(
+                        f"{m.name}.{role}{i}",
+                        argv,
+                        f"http://{self.host}:{port}/health",
+                        env=env,
+                        ports=[port] + ([bport] if bport else []),
+                    )
+                )
         if self.pin_cpus:
             roles = [s.name.rsplit(".", 1)[1].rstrip("0123456789") for s in specs]
             for spec, cpus in zip(specs, plan_cpus(roles)):
@@ -177,23 +202,47 @@ class Stack:
         specs = []
         for m in self.models.values():
             argv = router_argv(
-                [(f"http://{self.host}:{p}", b) for p, b in zip(m.prefill_ports, m.bootstrap_ports)],
-                [f"http://{self.host}:{p}" for p in m.decode_ports], self.host, m.router_port,
-                self.host, free_port(self.host),
-                ["--health-check-interval-secs", "5", "--log-level", "warn"])
-            specs.append(ProcSpec(f"{m.name}.router", argv,
-                                  f"http://{self.host}:{m.router_port}/health",
-                                  ports=[m.router_port]))
+                [
+                    (f"http://{self.host}:{p}", b)
+                    for p, b in zip(m.prefill_ports, m.bootstrap_ports)
+                ],
+                [f"http://{self.host}:{p}" for p in m.decode_ports],
+                self.host,
+                m.router_port,
+                self.host,
+                free_port(self.host),
+                ["--health-check-interval-secs", "5", "--log-level", "warn"],
+            )
+            specs.append(
+                ProcSpec(
+                    f"{m.name}.router",
+                    argv,
+                    f"http://{self.host}:{m.router_port}/health",
+                    ports=[m.router_port],
+                )
+            )
         return specs
 
     def shell_router_spec(self) -> ProcSpec:
-        argv = [PY, "-m", "router", "--cluster", str(self.cluster_path),
-                "--host", self.host, "--port", str(self.shell_router_port)]
+        argv = [
+            PY,
+            "-m",
+            "router",
+            "--cluster",
+            str(self.cluster_path),
+            "--host",
+            self.host,
+            "--port",
+            str(self.shell_router_port),
+        ]
         for path in self.config_paths:
             argv += ["--config", path]
-        return ProcSpec("shell_router", argv,
-                        f"http://{self.host}:{self.shell_router_port}/health",
-                        ports=[self.shell_router_port])
+        return ProcSpec(
+            "shell_router",
+            argv,
+            f"http://{self.host}:{self.shell_router_port}/health",
+            ports=[self.shell_router_port],
+        )
 
     # --- running ---------------------------------------------------------------------------------
     @property
@@ -204,22 +253,32 @@ class Stack:
         return {
             "backend": self.backend,
             "host": self.host,
-            "models": {n: {**m.cluster_entry(self.host, self.backend),
-                           "processes": self._processes(n)} for n, m in self.models.items()},
+            "models": {
+                n: {**m.cluster_entry(self.host, self.backend), "processes": self._processes(n)}
+                for n, m in self.models.items()
+            },
             "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
             "warmup_verb": self.warmup_verb,
             "configs": self.config_paths,
-            **({"timeouts": {"health_probe_s": SGLANG_HEALTH_PROBE_S}}
-               if self.backend == "sglang" else {}),
+            **(
+                {"timeouts": {"health_probe_s": SGLANG_HEALTH_PROBE_S}}
+                if self.backend == "sglang"
+                else {}
+            ),
         }
 
     def _processes(self, model: str) -> dict[str, dict]:
         """The model's started processes by URL, for the shell router's health watch."""
-        return {p.spec.health_url.removesuffix("/health"): {
-                    "name": p.spec.name, "pid": p.pid,
-                    "start_ticks": process_start_ticks(p.pid), "log": str(p.log_path.resolve())}
-                for p in self.procs
-                if p.spec.health_url and p.spec.name.startswith(f"{model}.")}
+        return {
+            p.spec.health_url.removesuffix("/health"): {
+                "name": p.spec.name,
+                "pid": p.pid,
+                "start_ticks": process_start_ticks(p.pid),
+                "log": str(p.log_path.resolve()),
+            }
+            for p in self.procs
+            if p.spec.health_url and p.spec.name.startswith(f"{model}.")
+        }
 
     def up(self, on_ready=None) -> dict:
         """Start everything in dependency order; on any failure stop what started, then raise."""
@@ -239,8 +298,10 @@ class Stack:
         for spec in specs:
             busy = [p for p in spec.ports if port_in_use(p, self.host)]
             if busy:
-                raise LaunchError(f"port {busy[0]} for {spec.name} is already in use on "
-                                  f"{self.host}; stop what holds it or retry")
+                raise LaunchError(
+                    f"port {busy[0]} for {spec.name} is already in use on "
+                    f"{self.host}; stop what holds it or retry"
+                )
         started = [start(s, self.run_dir / "logs", self.die_with_parent) for s in specs]
         self.procs += started
         write_pidfile(self.run_dir / "processes.json", self.procs)
@@ -273,7 +334,12 @@ def down_run_dir(run_dir: Path) -> list[str]:
         raise LaunchError(f"{pidfile} not found: nothing was started with --run-dir {run_dir}")
     rows = json.loads(pidfile.read_text())
     # A pid can be reused: signal it only if it is still the process we started.
-    stop_groups([row["pid"] for row in reversed(rows)
-                 if process_start_ticks(row["pid"]) == row.get("start_ticks")])
+    stop_groups(
+        [
+            row["pid"]
+            for row in reversed(rows)
+            if process_start_ticks(row["pid"]) == row.get("start_ticks")
+        ]
+    )
     pidfile.unlink()
     return [r["name"] for r in rows]

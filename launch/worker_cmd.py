@@ -20,10 +20,18 @@ def server_arg_flags(args: dict[str, str | int | float | bool]) -> list[str]:
     return out
 
 
-def server_argv(backend: str, model_path: str, role: str, host: str, port: int,
-                bootstrap_port: int | None = None, tokenizer_path: str | None = None,
-                gpu_id: int | None = None, extra: Sequence[str] = (),
-                patched: bool = True) -> list[str]:
+def server_argv(
+    backend: str,
+    model_path: str,
+    role: str,
+    host: str,
+    port: int,
+    bootstrap_port: int | None = None,
+    tokenizer_path: str | None = None,
+    gpu_id: int | None = None,
+    extra: Sequence[str] = (),
+    patched: bool = True,
+) -> list[str]:
     """One worker's command line: our launcher for either backend, or (patched=False, the
     negative control of the tests on real SGLang) SGLang's own `python -m sglang.launch_server`.
     role: "null" (a plain server), "prefill" or "decode" (PD over NIXL). The one place this
@@ -46,17 +54,41 @@ def server_argv(backend: str, model_path: str, role: str, host: str, port: int,
     return argv + list(extra)
 
 
-def worker_argv(backend: str, model_path: str, spec: ModelSpec, role: str, host: str, port: int,
-                bootstrap_port: int | None, tokenizer_path: str | None = None,
-                gpu_id: int | None = None) -> list[str]:
+def worker_argv(
+    backend: str,
+    model_path: str,
+    spec: ModelSpec,
+    role: str,
+    host: str,
+    port: int,
+    bootstrap_port: int | None,
+    tokenizer_path: str | None = None,
+    gpu_id: int | None = None,
+) -> list[str]:
     """A deployment's prefill or decode worker, with the config's server_args for `backend`."""
-    return server_argv(backend, model_path, role, host, port, bootstrap_port, tokenizer_path,
-                       gpu_id, server_arg_flags(spec.server_args.get(backend, {})))
+    return server_argv(
+        backend,
+        model_path,
+        role,
+        host,
+        port,
+        bootstrap_port,
+        tokenizer_path,
+        gpu_id,
+        server_arg_flags(spec.server_args.get(backend, {})),
+    )
 
 
-def router_argv(prefills: list[tuple[str, int | None]], decodes: list[str], host: str, port: int,
-                metrics_host: str, metrics_port: int, extra: Sequence[str] = (),
-                python: str = sys.executable) -> list[str]:
+def router_argv(
+    prefills: list[tuple[str, int | None]],
+    decodes: list[str],
+    host: str,
+    port: int,
+    metrics_host: str,
+    metrics_port: int,
+    extra: Sequence[str] = (),
+    python: str = sys.executable,
+) -> list[str]:
     """The real sglang-router in PD mode in front of `prefills` ((url, bootstrap port) each) and
     `decodes` (urls); its Prometheus endpoint on metrics_host:metrics_port (its default port
     clashes across routers). The one place this command line is built. It runs sglang-router's
@@ -66,5 +98,14 @@ def router_argv(prefills: list[tuple[str, int | None]], decodes: list[str], host
         argv += ["--prefill", url] + ([str(bootstrap_port)] if bootstrap_port is not None else [])
     for url in decodes:
         argv += ["--decode", url]
-    return argv + ["--host", host, "--port", str(port), "--prometheus-host", metrics_host,
-                   "--prometheus-port", str(metrics_port), *extra]
+    return argv + [
+        "--host",
+        host,
+        "--port",
+        str(port),
+        "--prometheus-host",
+        metrics_host,
+        "--prometheus-port",
+        str(metrics_port),
+        *extra,
+    ]

@@ -167,7 +167,11 @@ class AgentRunner:
         trace.worker_timing = worker_timing(prefill, meta)
         if call.prefill.at is not None:
             trace.prefill_reply_s = clock.at(call.prefill.at)
-        if job.cfg.precursors(job.agent_id) and trace.cached_tokens is not None and trace.prompt_tokens:
+        if (
+            job.cfg.precursors(job.agent_id)
+            and trace.cached_tokens is not None
+            and trace.prompt_tokens
+        ):
             self.ctx.metrics.cached_ratio.labels(self.model, mode_name(job)).observe(
                 trace.cached_tokens / trace.prompt_tokens
             )

@@ -20,8 +20,17 @@ STORE = web.AppKey("sessions", SessionStore)
 CONFIGS = web.AppKey("configs", dict)
 HOOK = web.AppKey("hook", object)
 
-__all__ = ["CONFIGS", "CTX", "HOOK", "STORE", "BadRequest", "config_of", "new_session",
-           "read_request", "with_final_sampling"]
+__all__ = [
+    "CONFIGS",
+    "CTX",
+    "HOOK",
+    "STORE",
+    "BadRequest",
+    "config_of",
+    "new_session",
+    "read_request",
+    "with_final_sampling",
+]
 
 
 async def read_request(request: web.Request, schema: type[BaseModel]) -> BaseModel:
@@ -31,8 +40,9 @@ async def read_request(request: web.Request, schema: type[BaseModel]) -> BaseMod
     try:
         body = json.loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
-        raise BadRequest(f"the body is not UTF-8 (byte {e.start}); send JSON encoded as "
-                         "UTF-8") from None
+        raise BadRequest(
+            f"the body is not UTF-8 (byte {e.start}); send JSON encoded as UTF-8"
+        ) from None
     except json.JSONDecodeError as e:
         raise BadRequest(f"the body is not JSON: {e}") from None
     return parse(schema, body)
@@ -61,15 +71,24 @@ def with_final_sampling(cfg: TopologyConfig, overrides: dict) -> TopologyConfig:
     if overrides.get("stop") and merged.stop:
         overrides = {**overrides, "stop": list(dict.fromkeys(merged.stop + overrides["stop"]))}
     sampling = agent.sampling.model_copy(update=overrides)
-    agents = [a.model_copy(update={"sampling": sampling}) if a.id == agent.id else a
-              for a in cfg.agents]
+    agents = [
+        a.model_copy(update={"sampling": sampling}) if a.id == agent.id else a for a in cfg.agents
+    ]
     return cfg.model_copy(update={"agents": agents})
 
 
-def new_session(request: web.Request, cfg: TopologyConfig, question: str, mode: str,
-                early_exit: bool | None = None, session_id: str | None = None,
-                slot_orders: dict | None = None, question_id: str | int | None = None,
-                dataset: str | None = None, task: str | None = None) -> Session:
+def new_session(
+    request: web.Request,
+    cfg: TopologyConfig,
+    question: str,
+    mode: str,
+    early_exit: bool | None = None,
+    session_id: str | None = None,
+    slot_orders: dict | None = None,
+    question_id: str | int | None = None,
+    dataset: str | None = None,
+    task: str | None = None,
+) -> Session:
     """A whole-graph Session, with the early-exit hook when the request (`early_exit`) or the
     config asks for it. `dataset` (and BBH's `task`) pick the answer extractor majority vote
     uses."""

@@ -79,8 +79,9 @@ class _Sampling(_Body):
     @classmethod
     def _one_choice(cls, n: int) -> int:
         if n != 1:
-            raise ValueError("only n = 1 is served (an MoA run gives one answer); send n "
-                             "requests for n answers")
+            raise ValueError(
+                "only n = 1 is served (an MoA run gives one answer); send n requests for n answers"
+            )
         return n
 
     def final_sampling(self) -> dict:
@@ -110,8 +111,9 @@ class ChatRequest(_Sampling):
     def question(self) -> str:
         users = [m for m in self.messages if m.role == "user"]
         if not users or not users[-1].text.strip():
-            raise BadRequest("messages: the last user message is the question; send one with "
-                             "non-empty content")
+            raise BadRequest(
+                "messages: the last user message is the question; send one with non-empty content"
+            )
         return users[-1].text
 
 

@@ -65,13 +65,16 @@ async def list_models(request: web.Request) -> web.Response:
     requested since)."""
     served = {cfg.name for cfg in request.app[CONFIGS].values()}
     now = int(time.time())
-    data = [{"id": name, "object": "model", "created": now, "owned_by": "moa-pd"}
-            for name in sorted(served)]
+    data = [
+        {"id": name, "object": "model", "created": now, "owned_by": "moa-pd"}
+        for name in sorted(served)
+    ]
     return web.json_response({"object": "list", "data": data})
 
 
-async def _complete(request: web.Request, body: ChatRequest | CompletionRequest,
-                    chat: bool) -> web.StreamResponse:
+async def _complete(
+    request: web.Request, body: ChatRequest | CompletionRequest, chat: bool
+) -> web.StreamResponse:
     question = body.question
     cfg = with_final_sampling(config_of(request, body.model), body.final_sampling())
     session = new_session(request, cfg, question, body.moa_mode, body.early_exit)
@@ -111,22 +114,30 @@ def usage(result: QuestionResult) -> tuple[dict, dict]:
     """(OpenAI usage of the final agent, moa_usage: per agent, per model and in total)."""
     agents, models = {}, {}
     for agent_id, t in result.trace.items():
-        row = {"model": t["model"], "prompt_tokens": t.get("prompt_tokens") or 0,
-               "completion_tokens": len(t.get("output_ids") or []),
-               "cached_tokens": t.get("cached_tokens") or 0}
+        row = {
+            "model": t["model"],
+            "prompt_tokens": t.get("prompt_tokens") or 0,
+            "completion_tokens": len(t.get("output_ids") or []),
+            "cached_tokens": t.get("cached_tokens") or 0,
+        }
         agents[agent_id] = row
-        m = models.setdefault(t["model"], {"prompt_tokens": 0, "completion_tokens": 0,
-                                           "cached_tokens": 0, "agents": 0})
+        m = models.setdefault(
+            t["model"],
+            {"prompt_tokens": 0, "completion_tokens": 0, "cached_tokens": 0, "agents": 0},
+        )
         for k in ("prompt_tokens", "completion_tokens", "cached_tokens"):
             m[k] += row[k]
         m["agents"] += 1
-    total = {k: sum(m[k] for m in models.values())
-             for k in ("prompt_tokens", "completion_tokens", "cached_tokens")}
+    total = {
+        k: sum(m[k] for m in models.values())
+        for k in ("prompt_tokens", "completion_tokens", "cached_tokens")
+    }
     final = agents.get(result.final_agent) or {"prompt_tokens": 0, "completion_tokens": 0}
     n_prompt, n_out = final["prompt_tokens"], final["completion_tokens"]
-    return ({"prompt_tokens": n_prompt, "completion_tokens": n_out,
-             "total_tokens": n_prompt + n_out},
-            {"agents": agents, "models": models, "total": total})
+    return (
+        {"prompt_tokens": n_prompt, "completion_tokens": n_out, "total_tokens": n_prompt + n_out},
+        {"agents": agents, "models": models, "total": total},
+    )
 
 
 async def _whole(runner: asyncio.Task, reply: _Reply) -> web.Response:
@@ -136,16 +147,19 @@ async def _whole(runner: asyncio.Task, reply: _Reply) -> web.Response:
         return web.json_response(P.error_body(str(e), 502), status=502)
     text = _answer(result)
     if reply.chat:
-        choice = {"finish_reason": _finish_reason(result),
-                  "message": {"role": "assistant", "content": text}}
+        choice = {
+            "finish_reason": _finish_reason(result),
+            "message": {"role": "assistant", "content": text},
+        }
     else:
         choice = {"text": text, "finish_reason": _finish_reason(result), "logprobs": None}
     openai_usage, moa_usage = usage(result)
     return web.json_response({**reply.obj(choice), "usage": openai_usage, "moa_usage": moa_usage})
 
 
-async def _streamed(request: web.Request, session: Session, runner: asyncio.Task,
-                    reply: _Reply, include_usage: bool) -> web.StreamResponse:
+async def _streamed(
+    request: web.Request, session: Session, runner: asyncio.Task, reply: _Reply, include_usage: bool
+) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": P.SSE_CONTENT_TYPE})
     await resp.prepare(request)
 
@@ -165,7 +179,7 @@ async def _streamed(request: web.Request, session: Session, runner: asyncio.Task
         if any(s in visible for s in stops):
             continue  # the stop string arrived: the final answer (trimmed) comes at the end
         if visible.startswith(shown) and len(visible) > len(shown):
-            await resp.write(chunk(reply.piece(visible[len(shown):])))
+            await resp.write(chunk(reply.piece(visible[len(shown) :])))
             shown = visible
     try:
         result = await runner
@@ -174,15 +188,22 @@ async def _streamed(request: web.Request, session: Session, runner: asyncio.Task
     else:
         answer = _answer(result)
         if answer.startswith(shown):
-            if rest := answer[len(shown):]:
+            if rest := answer[len(shown) :]:
                 await resp.write(chunk(reply.piece(rest)))
         else:  # the final answer was replaced (aggregator bypass) after part of it was sent
-            log.warning("completion %s: the final answer changed after streaming began",
-                        reply.id)
+            log.warning("completion %s: the final answer changed after streaming began", reply.id)
         await resp.write(chunk(reply.piece(None, _finish_reason(result))))
         if include_usage:
             openai_usage, moa_usage = usage(result)
-            await resp.write(P.sse_event({**reply.obj({}, chunk=True), "choices": [],
-                                          "usage": openai_usage, "moa_usage": moa_usage}))
+            await resp.write(
+                P.sse_event(
+                    {
+                        **reply.obj({}, chunk=True),
+                        "choices": [],
+                        "usage": openai_usage,
+                        "moa_usage": moa_usage,
+                    }
+                )
+            )
     await resp.write(P.sse_done())
     return resp

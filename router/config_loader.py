@@ -73,8 +73,12 @@ def load_configs_by_name(paths: list[str | Path]) -> dict[str, TopologyConfig]:
     for p in paths:
         cfg = load_config(p)
         if cfg.name in by_name and by_name[cfg.name] != cfg:
-            raise ConfigError(str(p), "name", f"another config given here is also named "
-                              f"'{cfg.name}' but differs; give one of them another name")
+            raise ConfigError(
+                str(p),
+                "name",
+                f"another config given here is also named "
+                f"'{cfg.name}' but differs; give one of them another name",
+            )
         by_name[cfg.name] = cfg
     return by_name
 

@@ -23,7 +23,17 @@ EPS = 1e-12
 # embedding charged once. wall_s: from the triggering completion to the decision applied (for an
 # exit, the delay it put on the successor's final request).
 RECORD_KEYS = (
-    "cluster", "completed", "c_bar", "p", "b", "q", "u", "exited", "moot", "killed", "seconds",
+    "cluster",
+    "completed",
+    "c_bar",
+    "p",
+    "b",
+    "q",
+    "u",
+    "exited",
+    "moot",
+    "killed",
+    "seconds",
     "wall_s",
 )
 

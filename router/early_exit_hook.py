@@ -135,8 +135,11 @@ class EarlyExitHooks:
                 bypass.enabled and bypass.criterion == "answer"
             )
             if votes and not has_answer(dataset):
-                what = "early_exit.method 'dmv'" if ee.enabled and ee.method == "dmv" else (
-                    "aggregator_bypass.criterion 'answer'")
+                what = (
+                    "early_exit.method 'dmv'"
+                    if ee.enabled and ee.method == "dmv"
+                    else ("aggregator_bypass.criterion 'answer'")
+                )
                 raise ValueError(
                     f"config '{cfg.name}' votes on extracted answers ({what}), but dataset "
                     f"'{dataset}' has no single answer to extract; use early_exit.method 'q' "

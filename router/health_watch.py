@@ -74,9 +74,16 @@ class HealthWatch:
             roles.append(("router", m.router_url))
             for role, url in roles:
                 proc = m.processes.get(url)
-                self.endpoints.append(Endpoint(
-                    name, role, url.rstrip("/"), proc.log if proc else None,
-                    proc.pid if proc else None, proc.start_ticks if proc else None))
+                self.endpoints.append(
+                    Endpoint(
+                        name,
+                        role,
+                        url.rstrip("/"),
+                        proc.log if proc else None,
+                        proc.pid if proc else None,
+                        proc.start_ticks if proc else None,
+                    )
+                )
 
     # --- queries ---------------------------------------------------------------------------------
     def down(self, models: set[str] | None = None) -> list[Endpoint]:
@@ -88,16 +95,20 @@ class HealthWatch:
     def check(self, models: set[str]) -> None:
         """Raise WorkerDown when a process of one of `models` is down."""
         if down := self.down(models):
-            raise WorkerDown("; ".join(e.describe() for e in down)
-                             + ". Restart the deployment (moa-pd down, moa-pd up)")
+            raise WorkerDown(
+                "; ".join(e.describe() for e in down)
+                + ". Restart the deployment (moa-pd down, moa-pd up)"
+            )
 
     def down_since(self, models: set[str], since: float) -> list[Endpoint]:
         """Processes of `models` that went down at or after `since` (time.monotonic())."""
         return [e for e in self.down(models) if e.down_at is not None and e.down_at >= since]
 
     def status(self) -> list[dict]:
-        return [{"model": e.model, "role": e.role, "url": e.url, "reason": e.down,
-                 "log": e.log} for e in self.down()]
+        return [
+            {"model": e.model, "role": e.role, "url": e.url, "reason": e.down, "log": e.log}
+            for e in self.down()
+        ]
 
     def watch(self, listener: Callable[[Endpoint], None]) -> Callable[[], None]:
         """Call `listener(endpoint)` when a process goes down; returns the unsubscribe."""
@@ -112,8 +123,9 @@ class HealthWatch:
         connector = aiohttp.TCPConnector(force_close=True, limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
             while True:
-                await asyncio.gather(*(self._probe(session, e) for e in self.endpoints
-                                       if not e.down))
+                await asyncio.gather(
+                    *(self._probe(session, e) for e in self.endpoints if not e.down)
+                )
                 await asyncio.sleep(self.interval_s)
 
     async def _probe(self, session: aiohttp.ClientSession, e: Endpoint) -> None:
@@ -127,8 +139,11 @@ class HealthWatch:
         except (TimeoutError, asyncio.TimeoutError):
             e.misses += 1
             if e.misses >= self.hung_misses:
-                self._mark(e, f"no answer to /health within {self.timeout_s:g} s, "
-                              f"{e.misses} times in a row (hung)")
+                self._mark(
+                    e,
+                    f"no answer to /health within {self.timeout_s:g} s, "
+                    f"{e.misses} times in a row (hung)",
+                )
             return
         except aiohttp.ClientConnectorError as err:  # nothing listens there any more
             return self._mark(e, f"/health unreachable: {err.os_error or err}")

@@ -230,8 +230,13 @@ class Deployment:
     async def abort(self, call: PDCall) -> None:
         call.hold.release()
         # A worker known to be down would only hold the failing session for abort_s.
-        await asyncio.gather(*(self._client.abort(u, call.rid, self._t.abort_s)
-                               for u in call.abort_urls if not self._is_down(u)))
+        await asyncio.gather(
+            *(
+                self._client.abort(u, call.rid, self._t.abort_s)
+                for u in call.abort_urls
+                if not self._is_down(u)
+            )
+        )
 
     async def abort_warmup(self, target: PrefillTarget, rid: str) -> None:
         if not self._is_down(target.url):

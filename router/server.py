@@ -103,9 +103,11 @@ async def _errors(request: web.Request, handler) -> web.StreamResponse:
 
 def _http_message(request: web.Request, e: web.HTTPException) -> str:
     if e.status == 404:
-        return (f"no route {request.method} {request.path}; routes: POST /v1/chat/completions, "
-                "POST /v1/completions, GET /v1/models, POST /v1/moa/run, POST /v1/moa/agent, "
-                "GET /health, GET /metrics")
+        return (
+            f"no route {request.method} {request.path}; routes: POST /v1/chat/completions, "
+            "POST /v1/completions, GET /v1/models, POST /v1/moa/run, POST /v1/moa/agent, "
+            "GET /health, GET /metrics"
+        )
     if e.status == 413:
         return f"the body is too large: {e.text}"
     return f"{request.method} {request.path}: {e.reason}"
@@ -121,8 +123,12 @@ async def health(request: web.Request) -> web.Response:
     ctx = request.app[CTX]
     down = ctx.health.status()
     return web.json_response(
-        {"status": "degraded" if down else "ok", "models": sorted(ctx.cluster.models),
-         "sessions": len(request.app[STORE]), "down": down},
+        {
+            "status": "degraded" if down else "ok",
+            "models": sorted(ctx.cluster.models),
+            "sessions": len(request.app[STORE]),
+            "down": down,
+        },
         status=503 if down else 200,
     )
 
@@ -140,9 +146,18 @@ async def run_graph(request: web.Request) -> web.Response:
     draws (else the question text); `dataset` picks the answer extractor majority vote uses."""
     body = await read_request(request, MoaRunRequest)
     cfg = config_of(request, body.config)
-    session = new_session(request, cfg, body.question, body.mode, body.early_exit,
-                          body.session_id, body.slot_orders, body.question_id, body.dataset,
-                          body.task)
+    session = new_session(
+        request,
+        cfg,
+        body.question,
+        body.mode,
+        body.early_exit,
+        body.session_id,
+        body.slot_orders,
+        body.question_id,
+        body.dataset,
+        body.task,
+    )
     try:
         result = await session.run_all()
     except AgentFailed as e:

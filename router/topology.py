@@ -60,7 +60,7 @@ def _find_cycle(graph: dict[str, list[str]]) -> list[str] | None:
         stack.append(node)
         for nxt in graph.get(node, []):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return stack[stack.index(nxt) :] + [nxt]
             if nxt not in state and (found := dfs(nxt)):
                 return found
         stack.pop()
@@ -79,7 +79,9 @@ def check_graph(cfg: TopologyConfig) -> None:
     seen: set[str] = set()
     for i, agent_id in enumerate(ids):
         if agent_id in seen:
-            raise GraphError(f"agents[{i}].id", f"duplicate agent id '{agent_id}'; ids must be unique")
+            raise GraphError(
+                f"agents[{i}].id", f"duplicate agent id '{agent_id}'; ids must be unique"
+            )
         seen.add(agent_id)
 
     for i, a in enumerate(cfg.agents):
@@ -120,7 +122,9 @@ def check_graph(cfg: TopologyConfig) -> None:
 
     graph = {a.id: cfg.templates[a.template].slots for a in cfg.agents}
     if cycle := _find_cycle(graph):
-        raise GraphError("agents", f"dependency cycle: {' -> '.join(cycle)}; remove one of these slots")
+        raise GraphError(
+            "agents", f"dependency cycle: {' -> '.join(cycle)}; remove one of these slots"
+        )
 
     final = sinks(cfg)
     if len(final) > 1:

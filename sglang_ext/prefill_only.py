@@ -90,13 +90,15 @@ def to_generate_request(body: dict) -> dict:
     priority = body.get(P.PRIORITY)
     if priority is not None and not _is_int(priority):
         raise PrefillOnlyRequestError(f"'{P.PRIORITY}' must be an int (SGLang's priority field)")
-    req.update({
-        P.RID: _warmup_rid(body.get(P.RID)),
-        P.SAMPLING_PARAMS: {P.MAX_NEW_TOKENS: 1},
-        P.STREAM: False,
-        P.BOOTSTRAP_HOST: P.FAKE_BOOTSTRAP_HOST,
-        P.BOOTSTRAP_ROOM: room if room is not None else P.new_bootstrap_room(),
-    })
+    req.update(
+        {
+            P.RID: _warmup_rid(body.get(P.RID)),
+            P.SAMPLING_PARAMS: {P.MAX_NEW_TOKENS: 1},
+            P.STREAM: False,
+            P.BOOTSTRAP_HOST: P.FAKE_BOOTSTRAP_HOST,
+            P.BOOTSTRAP_ROOM: room if room is not None else P.new_bootstrap_room(),
+        }
+    )
     if dp_rank is not None:
         req[P.ROUTED_DP_RANK] = dp_rank
     if priority is not None:
@@ -132,8 +134,9 @@ def to_prefill_only_reply(generate_reply: dict, elapsed_s: float) -> dict:
     }
 
 
-async def serve(body: object, generate: GenerateCall, dp_rank_field: str = P.ROUTED_DP_RANK
-                ) -> tuple[int, dict]:
+async def serve(
+    body: object, generate: GenerateCall, dp_rank_field: str = P.ROUTED_DP_RANK
+) -> tuple[int, dict]:
     """The whole verb: validate, call `generate` once, condense; returns (HTTP status, JSON body).
 
     `dp_rank_field` is the generate key that pins a DP rank on the serving backend (SGLang before

@@ -132,7 +132,7 @@ def parse_sse_line(line: str) -> dict | None:
     line = line.strip()
     if not line.startswith(SSE_DATA_PREFIX.strip()):
         return None
-    body = line[len(SSE_DATA_PREFIX.strip()):].strip()
+    body = line[len(SSE_DATA_PREFIX.strip()) :].strip()
     if body == SSE_DONE or not body:
         return None
     return json.loads(body)

@@ -79,22 +79,33 @@ PORT_FLAGS = ("--port", "--disaggregation-bootstrap-port", "--prometheus-port")
 
 def recorded_ports(procs: list[dict]) -> list[int]:
     """The ports on the command lines of recorded processes (also before cluster.json exists)."""
-    return [int(row["argv"][i + 1]) for row in procs for i, a in enumerate(row["argv"][:-1])
-            if a in PORT_FLAGS]
+    return [
+        int(row["argv"][i + 1])
+        for row in procs
+        for i, a in enumerate(row["argv"][:-1])
+        if a in PORT_FLAGS
+    ]
 
 
-def leftovers(procs: list[dict], children: list[tuple[int, int | None]],
-              ports: list[int]) -> list[str]:
+def leftovers(
+    procs: list[dict], children: list[tuple[int, int | None]], ports: list[int]
+) -> list[str]:
     """What is still there of a deployment: recorded processes (the same pid and start time),
     members of their process groups, other descendants of the command, ports still bound."""
     left = []
     for row in procs:
         if process_start_ticks(row["pid"]) == row["start_ticks"]:
             left.append(f"{row['name']} (pid {row['pid']})")
-        left += [f"pid {p} in the group of {row['name']}" for p in group_members(row["pid"])
-                 if p != row["pid"]]
-    left += [f"child pid {p}" for p, ticks in children
-             if ticks is not None and process_start_ticks(p) == ticks]
+        left += [
+            f"pid {p} in the group of {row['name']}"
+            for p in group_members(row["pid"])
+            if p != row["pid"]
+        ]
+    left += [
+        f"child pid {p}"
+        for p, ticks in children
+        if ticks is not None and process_start_ticks(p) == ticks
+    ]
     left += [f"port {p}" for p in ports if port_in_use(p)]
     return left
 

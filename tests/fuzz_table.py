@@ -26,16 +26,37 @@ BODIES = [
     json.dumps({"question": "q", "config": {"name": "x"}, "slot_orders": "all"}).encode(),
     json.dumps({"question": "q" * 50_000, "config": "tree_none", "early_exit": "yes"}).encode(),
     json.dumps({"model": "x" * 10_000, "messages": [{"role": "user", "content": "hi"}]}).encode(),
-    json.dumps({"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image"}]}]
-                }).encode(),
+    json.dumps(
+        {"model": "tiny", "messages": [{"role": "user", "content": [{"type": "image"}]}]}
+    ).encode(),
     # SGLang's own fields with wrong types (the workers' /generate and OpenAI routes).
     json.dumps({"text": 5, "input_ids": "abc", "sampling_params": [], "stream": "yes"}).encode(),
-    json.dumps({"input_ids": [1, -2, 10**12], "sampling_params": {"max_new_tokens": "abc"},
-                "bootstrap_room": "x", "bootstrap_port": -1}).encode(),
-    json.dumps({"text": "hi", "sampling_params": {"temperature": -1, "top_p": 7,
-                                                  "max_new_tokens": -5}, "rid": ["a"]}).encode(),
-    json.dumps({"prompt": "hi", "max_tokens": "abc", "temperature": "hot", "n": 5,
-                "stop": ["a"] * 10, "logprobs": "many", "stream_options": 3}).encode(),
+    json.dumps(
+        {
+            "input_ids": [1, -2, 10**12],
+            "sampling_params": {"max_new_tokens": "abc"},
+            "bootstrap_room": "x",
+            "bootstrap_port": -1,
+        }
+    ).encode(),
+    json.dumps(
+        {
+            "text": "hi",
+            "sampling_params": {"temperature": -1, "top_p": 7, "max_new_tokens": -5},
+            "rid": ["a"],
+        }
+    ).encode(),
+    json.dumps(
+        {
+            "prompt": "hi",
+            "max_tokens": "abc",
+            "temperature": "hot",
+            "n": 5,
+            "stop": ["a"] * 10,
+            "logprobs": "many",
+            "stream_options": 3,
+        }
+    ).encode(),
     json.dumps({"rid": 123, "abort_all": "yes"}).encode(),
 ]
 

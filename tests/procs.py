@@ -47,11 +47,13 @@ class Proc:
             return ""
 
 
-def _start(name: str, argv: list[str], port: int, log_dir: Path, env: dict | None,
-           ports: list[int]) -> Proc:
+def _start(
+    name: str, argv: list[str], port: int, log_dir: Path, env: dict | None, ports: list[int]
+) -> Proc:
     url = f"http://{HOST}:{port}"
-    spec = launch_procs.ProcSpec(name, argv, url + "/health", env={**TEST_ENV, **(env or {})},
-                                 ports=ports)
+    spec = launch_procs.ProcSpec(
+        name, argv, url + "/health", env={**TEST_ENV, **(env or {})}, ports=ports
+    )
     return Proc(name, launch_procs.start(spec, log_dir), url)
 
 
@@ -75,8 +77,9 @@ def start_worker(
         env = {**cpu.worker_env(mode), **(env or {})}
     port = free_port()
     bport = free_port() if mode != "null" else None
-    argv = server_argv(backend, model_path, mode, HOST, port, bport, extra=extra_args or (),
-                       patched=patched)
+    argv = server_argv(
+        backend, model_path, mode, HOST, port, bport, extra=extra_args or (), patched=patched
+    )
     proc = _start(name, argv, port, log_dir, env, [port] + ([bport] if bport else []))
     proc.bootstrap_port = bport
     return proc
@@ -85,7 +88,12 @@ def start_worker(
 def start_router(prefill: Proc, decode: Proc, log_dir: Path) -> Proc:
     port = free_port()
     argv = router_argv(
-        [(prefill.url, prefill.bootstrap_port)], [decode.url], HOST, port, HOST, free_port(),
+        [(prefill.url, prefill.bootstrap_port)],
+        [decode.url],
+        HOST,
+        port,
+        HOST,
+        free_port(),
         ["--policy", "round_robin", "--worker-startup-check-interval", "1", "--log-level", "info"],
     )
     return _start("router", argv, port, log_dir, None, [port])

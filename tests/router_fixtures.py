@@ -338,8 +338,11 @@ def tree_config(
         update={
             "sampling": Sampling(max_new_tokens=max_new_tokens, temperature=temperature),
             "agents": [
-                a.model_copy(update={"sampling": Sampling(
-                    sampling_seed=1000 + i if temperature > 0 else None)})
+                a.model_copy(
+                    update={
+                        "sampling": Sampling(sampling_seed=1000 + i if temperature > 0 else None)
+                    }
+                )
                 for i, a in enumerate(cfg.agents)
             ],
             "slot_order": slot_order,

@@ -36,7 +36,9 @@ N_TOKENS = 8
 
 def needs_sglang() -> None:
     """Skip, with the fix, where real SGLang is not installed (the project's own .venv)."""
-    pytest.importorskip("sglang", reason="real SGLang is not installed here: run `make test-sglang`")
+    pytest.importorskip(
+        "sglang", reason="real SGLang is not installed here: run `make test-sglang`"
+    )
 
 
 def tokenize(model_dir: str, text: str) -> list[int]:
@@ -85,8 +87,9 @@ class NullServers:
             ref = procs.start_worker("reference", self.model_dir, self.log_dir, "null")
             try:
                 procs.wait_healthy([ref])
-                self._reference = [greedy(ref.url, ids)[P.OUTPUT_IDS]
-                                   for ids in reference_prompts(self.model_dir)]
+                self._reference = [
+                    greedy(ref.url, ids)[P.OUTPUT_IDS] for ids in reference_prompts(self.model_dir)
+                ]
             finally:
                 procs.stop_all([ref])
         return self._reference
@@ -95,8 +98,16 @@ class NullServers:
         started = []
         try:
             for name, patched in (("patched", True), ("unpatched", False)):
-                started.append(procs.start_worker(f"sglang-{name}", self.model_dir, self.log_dir,
-                                                  "null", backend="sglang", patched=patched))
+                started.append(
+                    procs.start_worker(
+                        f"sglang-{name}",
+                        self.model_dir,
+                        self.log_dir,
+                        "null",
+                        backend="sglang",
+                        patched=patched,
+                    )
+                )
             self.reference_ids()  # the reference engine serves while SGLang is still importing
             procs.wait_healthy(started, timeout=300)
         except BaseException:
@@ -119,8 +130,9 @@ def sglang_nulls(smollm2_dir, tmp_path_factory):
         servers.release()
 
 
-def cluster(router_url: str, prefill: procs.Proc, decode_url: str, model_dir: str,
-            **kw) -> ClusterSpec:
+def cluster(
+    router_url: str, prefill: procs.Proc, decode_url: str, model_dir: str, **kw
+) -> ClusterSpec:
     return ClusterSpec.model_validate(
         {
             "models": {

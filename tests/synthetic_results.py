@@ -9,11 +9,27 @@ MODELS = ("qwen-4b", "qwen-8b", "qwen-32b")
 BASE_LATENCY = {1: 10.0, 2: 4.0, 3: 3.0, 4: 1.8}
 
 
-def _agent(model: str, precursors: list[str], killed: bool = False, warmups: int = 0,
-           prompt: int = 100, cached: int = 0) -> dict:
-    return {"model": model, "output_ids": [1, 2, 3], "text": "42", "start_s": 0.0,
-            "first_token_s": 0.1, "end_s": 1.0, "warmups": warmups, "prompt_tokens": prompt,
-            "cached_tokens": cached, "slot_order": precursors, "killed": killed}
+def _agent(
+    model: str,
+    precursors: list[str],
+    killed: bool = False,
+    warmups: int = 0,
+    prompt: int = 100,
+    cached: int = 0,
+) -> dict:
+    return {
+        "model": model,
+        "output_ids": [1, 2, 3],
+        "text": "42",
+        "start_s": 0.0,
+        "first_token_s": 0.1,
+        "end_s": 1.0,
+        "warmups": warmups,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "slot_order": precursors,
+        "killed": killed,
+    }
 
 
 def agents_for(setting: int, rng: random.Random) -> tuple[dict, list[dict]]:
@@ -28,21 +44,47 @@ def agents_for(setting: int, rng: random.Random) -> tuple[dict, list[dict]]:
         members = [f"p{3 * c + k}" for k in range(3)]
         if setting == 4 and rng.random() < 0.6:
             layer1[members[2]]["killed"] = True
-            decisions.append({"cluster": f"a{c}", "completed": members[:2], "c_bar": 0.9,
-                              "p": 0.8, "b": 0.9, "q": 0.85, "u": 0.3, "exited": True,
-                              "killed": [members[2]], "seconds": 0.02})
+            decisions.append(
+                {
+                    "cluster": f"a{c}",
+                    "completed": members[:2],
+                    "c_bar": 0.9,
+                    "p": 0.8,
+                    "b": 0.9,
+                    "q": 0.85,
+                    "u": 0.3,
+                    "exited": True,
+                    "killed": [members[2]],
+                    "seconds": 0.02,
+                }
+            )
     aggs = {}
     for c in range(3):
         members = [f"p{3 * c + k}" for k in range(3)]
-        aggs[f"a{c}"] = _agent(MODELS[c], members, warmups=4 if pipelined else 0, prompt=300,
-                               cached=240 if pipelined else 0)
-    final = _agent("qwen-32b", list(aggs), warmups=3 if pipelined else 0, prompt=300,
-                   cached=200 if pipelined else 0)
+        aggs[f"a{c}"] = _agent(
+            MODELS[c],
+            members,
+            warmups=4 if pipelined else 0,
+            prompt=300,
+            cached=240 if pipelined else 0,
+        )
+    final = _agent(
+        "qwen-32b",
+        list(aggs),
+        warmups=3 if pipelined else 0,
+        prompt=300,
+        cached=200 if pipelined else 0,
+    )
     return {**layer1, **aggs, "final": final}, decisions
 
 
-def make_rows(datasets=("gsm8k", "math500"), settings=(1, 2, 3, 4), n: int = 20,
-              seed: int = 0, errors: int = 0) -> list[dict]:
+def make_rows(
+    datasets=("gsm8k", "math500"),
+    settings=(1, 2, 3, 4),
+    n: int = 20,
+    seed: int = 0,
+    errors: int = 0,
+) -> list[dict]:
     """n samples per dataset, one row per (sample, setting); the first `errors` samples of the
     last setting fail."""
     rng = random.Random(seed)
@@ -54,15 +96,22 @@ def make_rows(datasets=("gsm8k", "math500"), settings=(1, 2, 3, 4), n: int = 20,
                 agents, ee = agents_for(s, rng)
                 failed = s == settings[-1] and i < errors
                 correct = None if failed else rng.random() < 0.7 + 0.05 * s
-                rows.append({
-                    "sample_id": f"{dataset}-{i}", "dataset": dataset, "setting": s,
-                    "answer": None if failed else "42", "gold": "42", "correct": correct,
-                    "e2e_s": BASE_LATENCY[s] * scale * rng.uniform(0.9, 1.1),
-                    "agents": {} if failed else agents, "early_exit": [] if failed else ee,
-                    "error": "worker died" if failed else None,
-                    "config": "all_to_all_9_9_1" if s == 1 else "tree_9_3_1",
-                    "mode": "blocking" if s <= 2 else "pipelined",
-                })
+                rows.append(
+                    {
+                        "sample_id": f"{dataset}-{i}",
+                        "dataset": dataset,
+                        "setting": s,
+                        "answer": None if failed else "42",
+                        "gold": "42",
+                        "correct": correct,
+                        "e2e_s": BASE_LATENCY[s] * scale * rng.uniform(0.9, 1.1),
+                        "agents": {} if failed else agents,
+                        "early_exit": [] if failed else ee,
+                        "error": "worker died" if failed else None,
+                        "config": "all_to_all_9_9_1" if s == 1 else "tree_9_3_1",
+                        "mode": "blocking" if s <= 2 else "pipelined",
+                    }
+                )
     return rows
 
 
@@ -73,6 +122,11 @@ def make_microbench_rows(n: int = 200, seed: int = 0) -> list[dict]:
     for _ in range(n):
         length = rng.randint(1, 2048)
         for variant, f in factor.items():
-            rows.append({"variant": variant, "prompt_tokens": length,
-                         "latency_s": f * (0.5 + length / 1000) * rng.uniform(0.9, 1.1)})
+            rows.append(
+                {
+                    "variant": variant,
+                    "prompt_tokens": length,
+                    "latency_s": f * (0.5 + length / 1000) * rng.uniform(0.9, 1.1),
+                }
+            )
     return rows

@@ -14,4 +14,6 @@ def test_meta_takes_the_load_at_start_and_at_end():
     meta = bench.meta(config="c")
     assert meta["config"] == "c" and meta["load_before"] == "9.00 9.00 9.00"
     assert len(meta["load_after"].split()) == 3
-    assert provenance(meta).startswith("Command: `python -m experiments.x`; load average before 9.00")
+    assert provenance(meta).startswith(
+        "Command: `python -m experiments.x`; load average before 9.00"
+    )

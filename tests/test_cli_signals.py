@@ -35,8 +35,12 @@ sys.exit(cli.main([]))
 
 @pytest.mark.parametrize("sigint", ["default", "ignored"])
 def test_sigterm_interrupts_a_command(sigint):
-    proc = subprocess.Popen([sys.executable, "-c", SCRIPT, sigint], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SCRIPT, sigint],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert proc.stdout.readline().strip() == "ready"
         t0 = time.monotonic()

@@ -172,7 +172,10 @@ def test_cli_validate_exit_code_and_no_traceback(tmp_path):
     good = ROOT / "cfgs" / "tree_3_1_cpu.json"
     proc = subprocess.run(
         [sys.executable, "-m", "launch.cli", "validate", str(good), str(bad)],
-        check=False, capture_output=True, text=True, cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert proc.returncode == 2
     assert "Traceback" not in proc.stderr
@@ -183,7 +186,10 @@ def test_cli_validate_exit_code_and_no_traceback(tmp_path):
 def test_cli_show_prints_layers_and_clusters():
     proc = subprocess.run(
         [sys.executable, "-m", "launch.cli", "show", "tree_9_3_1_cpu"],
-        check=False, capture_output=True, text=True, cwd=ROOT,
+        check=False,
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
     )
     assert proc.returncode == 0, proc.stderr
     assert "layer 2 (3 agents)" in proc.stdout

@@ -28,9 +28,13 @@ def url(request, smollm2_dir, tmp_path_factory):
     if request.param == "sglang":  # the session's patched SGLang server (sglang_real.py)
         yield request.getfixturevalue("sglang_nulls").get("patched").url
         return
-    proc = procs.start_worker("conformance-torch", smollm2_dir,
-                              tmp_path_factory.mktemp(request.param), "null",
-                              ["--max-total-tokens", "4096"])
+    proc = procs.start_worker(
+        "conformance-torch",
+        smollm2_dir,
+        tmp_path_factory.mktemp(request.param),
+        "null",
+        ["--max-total-tokens", "4096"],
+    )
     try:
         procs.wait_healthy([proc], timeout=240)
         yield proc.url
@@ -110,8 +114,11 @@ def test_stop_token_and_eos(url):
 def test_abort_a_running_request(url):
     assert requests.post(url + "/abort_request", json={P.RID: "never-was"}).status_code == 200
     with concurrent.futures.ThreadPoolExecutor(1) as ex:
-        fut = ex.submit(gen, url, {P.TEXT: CHAT, P.RID: "to-abort",
-                                   P.SAMPLING_PARAMS: greedy(400, ignore_eos=True)})
+        fut = ex.submit(
+            gen,
+            url,
+            {P.TEXT: CHAT, P.RID: "to-abort", P.SAMPLING_PARAMS: greedy(400, ignore_eos=True)},
+        )
         time.sleep(1.5)
         assert requests.post(url + "/abort_request", json={P.RID: "to-abort"}).status_code == 200
         r = fut.result()

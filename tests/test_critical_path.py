@@ -11,9 +11,17 @@ from experiments.timeline import pick_question, plot_timeline, timeline_figure
 
 
 def agent(layer, start, request, first, end, order=(), warm=()):
-    return {"model": "m", "layer": layer, "start_s": start, "final_request_s": request,
-            "first_token_s": first, "end_s": end, "slot_order": list(order),
-            "warmup_spans": [list(w) for w in warm], "output_ids": [1]}
+    return {
+        "model": "m",
+        "layer": layer,
+        "start_s": start,
+        "final_request_s": request,
+        "first_token_s": first,
+        "end_s": end,
+        "slot_order": list(order),
+        "warmup_spans": [list(w) for w in warm],
+        "output_ids": [1],
+    }
 
 
 def row(setting: int, mode: str, agg_wait: float, sid: str = "q0") -> ResultRow:
@@ -23,11 +31,26 @@ def row(setting: int, mode: str, agg_wait: float, sid: str = "q0") -> ResultRow:
         "l0": agent(1, 0, 0, 0.5, 2.0),
         "l1": agent(1, 0, 0, 0.5, 3.0),
         "l2": agent(1, 0, 0, 0.6, 5.0),
-        "agg": agent(2, 0, 5.0, 5.0 + agg_wait, 6.0 + agg_wait, order=("l0", "l1", "l2"),
-                     warm=[(0.7, 0.8, 40, 0), (3.1, 3.3, 90, 40)] if mode == "pipelined" else []),
+        "agg": agent(
+            2,
+            0,
+            5.0,
+            5.0 + agg_wait,
+            6.0 + agg_wait,
+            order=("l0", "l1", "l2"),
+            warm=[(0.7, 0.8, 40, 0), (3.1, 3.3, 90, 40)] if mode == "pipelined" else [],
+        ),
     }
-    return ResultRow.model_validate({"sample_id": sid, "dataset": "gsm8k", "setting": setting,
-                                     "mode": mode, "e2e_s": 6.1 + agg_wait, "agents": agents})
+    return ResultRow.model_validate(
+        {
+            "sample_id": sid,
+            "dataset": "gsm8k",
+            "setting": setting,
+            "mode": mode,
+            "e2e_s": 6.1 + agg_wait,
+            "agents": agents,
+        }
+    )
 
 
 def test_the_path_runs_through_the_precursor_that_ended_last():
@@ -41,8 +64,12 @@ def test_the_path_runs_through_the_precursor_that_ended_last():
 
 
 def test_overlap_gain_pairs_questions_and_compares_with_blockings_exposed_prefill():
-    rows = [row(2, "blocking", 2.0), row(3, "pipelined", 0.4),
-            row(2, "blocking", 1.0, "q1"), row(3, "pipelined", 0.2, "q1")]
+    rows = [
+        row(2, "blocking", 2.0),
+        row(3, "pipelined", 0.4),
+        row(2, "blocking", 1.0, "q1"),
+        row(3, "pipelined", 0.2, "q1"),
+    ]
     gain = overlap_gain(rows, "gsm8k", 3, 2)
     assert gain.questions == 2
     assert gain.possible_s == pytest.approx(3.0)
@@ -74,9 +101,16 @@ def test_each_timeline_panel_lists_its_own_settings_agents():
     tree = row(3, "pipelined", 0.4)
     tree.agents["agg"].killed = True
     tree.agents["agg"].final_request_s = None
-    dense = ResultRow.model_validate({
-        "sample_id": "q0", "dataset": "gsm8k", "setting": 1, "mode": "blocking", "e2e_s": 9.0,
-        "agents": {"d0": agent(1, 0, 0, 0.5, 4.0), "dagg": agent(2, 0, 4.0, 7.0, 9.0, ("d0",))}})
+    dense = ResultRow.model_validate(
+        {
+            "sample_id": "q0",
+            "dataset": "gsm8k",
+            "setting": 1,
+            "mode": "blocking",
+            "e2e_s": 9.0,
+            "agents": {"d0": agent(1, 0, 0, 0.5, 4.0), "dagg": agent(2, 0, 4.0, 7.0, 9.0, ("d0",))},
+        }
+    )
     fig = timeline_figure([dense, tree], "q0")
     ax_dense, ax_tree = fig.axes[:2]
     assert [t.get_text() for t in ax_dense.get_yticklabels()] == ["dagg", "d0"]

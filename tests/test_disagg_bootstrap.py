@@ -18,7 +18,9 @@ async def test_health_and_routes(server):
     async with aiohttp.ClientSession() as http:
         async with http.get(f"{base}/health") as r:
             assert r.status == 200 and await r.text() == "OK"
-        async with http.get(f"{base}/route?engine_rank=-1&target_dp_group=-1&target_pp_rank=-1") as r:
+        async with http.get(
+            f"{base}/route?engine_rank=-1&target_dp_group=-1&target_pp_rank=-1"
+        ) as r:
             assert r.status == 404  # nobody registered yet
         entry = {"role": "Prefill", "rank_ip": "127.0.0.1", "rank_port": 4242, "agent_name": "a"}
         async with http.put(f"{base}/route", json=entry) as r:
@@ -26,9 +28,14 @@ async def test_health_and_routes(server):
         async with http.get(f"{base}/route?engine_rank=0&target_dp_group=0&target_pp_rank=0") as r:
             got = await r.json()
             assert (got["rank_ip"], got["rank_port"], got["agent_name"]) == ("127.0.0.1", 4242, "a")
-        async with http.get(f"{base}/route?engine_rank=-1&target_dp_group=-1&target_pp_rank=-1") as r:
-            assert await r.json() == {"prefill_attn_tp_size": 1, "prefill_dp_size": 1,
-                                      "prefill_pp_size": 1}
+        async with http.get(
+            f"{base}/route?engine_rank=-1&target_dp_group=-1&target_pp_rank=-1"
+        ) as r:
+            assert await r.json() == {
+                "prefill_attn_tp_size": 1,
+                "prefill_dp_size": 1,
+                "prefill_pp_size": 1,
+            }
         async with http.get(f"{base}/route?engine_rank=1&target_dp_group=0&target_pp_rank=0") as r:
             assert r.status == 404 and "engine_rank=1" in (await r.json())["error"]["message"]
 
@@ -40,8 +47,9 @@ async def test_bad_requests(server):
             assert r.status == 400
         async with http.put(f"{base}/route", json={"rank_ip": "x"}) as r:
             assert r.status == 400 and "rank_port" in (await r.json())["error"]["message"]
-        async with http.put(f"{base}/route", json={"role": "Decode", "rank_ip": "x",
-                                                   "rank_port": 1}) as r:
+        async with http.put(
+            f"{base}/route", json={"role": "Decode", "rank_ip": "x", "rank_port": 1}
+        ) as r:
             assert r.status == 400
 
 

@@ -57,7 +57,10 @@ def test_match_ranges_pairs_differently_merged_sides():
     for (sa, n), (da, _) in zip(s, d):
         ctypes.memmove(da, sa, n)
     for src_page, dst_page in [(0, 3), (1, 1), (2, 2)]:
-        sl, dl = slice(src_page * PS, (src_page + 1) * PS), slice(dst_page * PS, (dst_page + 1) * PS)
+        sl, dl = (
+            slice(src_page * PS, (src_page + 1) * PS),
+            slice(dst_page * PS, (dst_page + 1) * PS),
+        )
         assert torch.equal(dst_t[:, :, dl], src_t[:, :, sl])
     assert torch.count_nonzero(dst_t[:, :, 0:PS]) == 0  # page 0 of decode untouched
 

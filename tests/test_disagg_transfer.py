@@ -20,8 +20,12 @@ rooms = itertools.count(1000)
 def pair():
     pkv = torch.arange(torch.Size(SHAPE).numel(), dtype=torch.float32).reshape(SHAPE)
     dkv = torch.zeros(SHAPE)
-    kw = {"host": "127.0.0.1", "page_size": PS, "bootstrap_timeout": TIMEOUT,
-          "waiting_timeout": TIMEOUT}
+    kw = {
+        "host": "127.0.0.1",
+        "page_size": PS,
+        "bootstrap_timeout": TIMEOUT,
+        "waiting_timeout": TIMEOUT,
+    }
     prefill = KVManager("prefill", pkv, bootstrap_port=None, **kw)
     decode = KVManager("decode", dkv, bootstrap_port=None, **kw)
     yield prefill, decode, f"127.0.0.1:{prefill.bootstrap_port}"
@@ -51,8 +55,13 @@ def handshake(pair, src_pages, dst_pages):
 def test_transfer_moves_pages_and_aux(pair):
     prefill, decode, _ = pair
     sender, receiver, src = handshake(pair, [1, 2], [6, 3])
-    aux = {"output_id": 5, "logprob": -0.25, "top_logprobs": [[-0.25, 5], [-1.5, 9]],
-           "cached_tokens": 4, "prompt_tokens": 7}
+    aux = {
+        "output_id": 5,
+        "logprob": -0.25,
+        "top_logprobs": [[-0.25, 5], [-1.5, 9]],
+        "cached_tokens": 4,
+        "prompt_tokens": 7,
+    }
     sender.send(src, aux)
     assert wait(sender, {KVPoll.Success, KVPoll.Failed}) == KVPoll.Success
     assert wait(receiver, {KVPoll.Success, KVPoll.Failed}) == KVPoll.Success
@@ -82,7 +91,9 @@ def test_unreachable_bootstrap_fails_with_url_and_room(pair):
     receiver = KVReceiver(decode, dead, 77)
     receiver.init(page_ranges(decode.kv_buffer, [0], PS))
     assert wait(receiver, {KVPoll.Failed, KVPoll.Success}, timeout=3) == KVPoll.Failed
-    assert f"http://{dead}/route" in receiver.failure_reason and "room 77" in receiver.failure_reason
+    assert (
+        f"http://{dead}/route" in receiver.failure_reason and "room 77" in receiver.failure_reason
+    )
 
 
 def test_sender_without_decode_times_out(pair):
@@ -90,7 +101,10 @@ def test_sender_without_decode_times_out(pair):
     sender = KVSender(prefill, addr, next(rooms))
     assert sender.poll() == KVPoll.Bootstrapping
     assert wait(sender, {KVPoll.Failed}, timeout=TIMEOUT + 2) == KVPoll.Failed
-    assert f"room {sender.room}" in sender.failure_reason and "bootstrap timeout" in sender.failure_reason
+    assert (
+        f"room {sender.room}" in sender.failure_reason
+        and "bootstrap timeout" in sender.failure_reason
+    )
 
 
 def test_receiver_abort_fails_the_sender(pair):
@@ -162,16 +176,19 @@ def test_bad_use_raises(pair):
     with pytest.raises(ValueError, match="outside"):
         KVReceiver(decode, addr, room).init(page_ranges(prefill.kv_buffer, [0], PS))
     with pytest.raises(ValueError, match="under"):  # the aux rides in one NIXL notification
-        KVSender(prefill, addr, next(rooms)).send(page_ranges(prefill.kv_buffer, [0], PS),
-                                                  {"top": "x" * (1 << 20)})
+        KVSender(prefill, addr, next(rooms)).send(
+            page_ranges(prefill.kv_buffer, [0], PS), {"top": "x" * (1 << 20)}
+        )
     with pytest.raises(ValueError, match="mode"):
         KVManager("both", decode.kv_buffer, host="127.0.0.1", bootstrap_port=None, page_size=PS)
 
 
 async def test_prefill_registers_with_its_bootstrap_server(pair):
     prefill, _, addr = pair
-    async with aiohttp.ClientSession() as http, http.get(
-            f"http://{addr}/route?engine_rank=0&target_dp_group=0") as r:
+    async with (
+        aiohttp.ClientSession() as http,
+        http.get(f"http://{addr}/route?engine_rank=0&target_dp_group=0") as r,
+    ):
         route = await r.json()
     assert (route["rank_ip"], route["rank_port"]) == ("127.0.0.1", prefill.control.port)
     assert route["agent_name"] == prefill.backend.name

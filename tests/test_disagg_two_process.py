@@ -26,8 +26,9 @@ def prefill_kv() -> torch.Tensor:
 def decode_child(bootstrap_addr: str, conn) -> None:
     os.environ["OMP_NUM_THREADS"] = "1"
     kv = torch.zeros(SHAPE)
-    mgr = KVManager("decode", kv, host="127.0.0.1", bootstrap_port=None, page_size=PS,
-                    waiting_timeout=20)
+    mgr = KVManager(
+        "decode", kv, host="127.0.0.1", bootstrap_port=None, page_size=PS, waiting_timeout=20
+    )
     conn.send("up")
     conn.recv()  # the parent's first sender exists: show up now
     receivers = {room: KVReceiver(mgr, bootstrap_addr, room) for room in PLAN}
@@ -36,8 +37,12 @@ def decode_child(bootstrap_addr: str, conn) -> None:
     deadline = time.monotonic() + 25
     while not all(r.poll().is_done for r in receivers.values()) and time.monotonic() < deadline:
         time.sleep(0.002)
-    conn.send({room: (int(r.poll()), r.aux() if r.poll() == KVPoll.Success else r.failure_reason)
-               for room, r in receivers.items()})
+    conn.send(
+        {
+            room: (int(r.poll()), r.aux() if r.poll() == KVPoll.Success else r.failure_reason)
+            for room, r in receivers.items()
+        }
+    )
     conn.send(kv.numpy().copy())
     mgr.close()
     os._exit(0)  # skip interpreter teardown (torch, UCX): seconds on a loaded 2-core box
@@ -46,8 +51,15 @@ def decode_child(bootstrap_addr: str, conn) -> None:
 @pytest.mark.slow
 def test_two_process_transfer():
     kv = prefill_kv()
-    mgr = KVManager("prefill", kv, host="127.0.0.1", bootstrap_port=None, page_size=PS,
-                    bootstrap_timeout=25, waiting_timeout=20)
+    mgr = KVManager(
+        "prefill",
+        kv,
+        host="127.0.0.1",
+        bootstrap_port=None,
+        page_size=PS,
+        bootstrap_timeout=25,
+        waiting_timeout=20,
+    )
     try:
         addr = f"127.0.0.1:{mgr.bootstrap_port}"
         ctx = mp.get_context("spawn")
@@ -60,9 +72,16 @@ def test_two_process_transfer():
         parent.send("go")
         senders |= {room: KVSender(mgr, addr, room) for room in (12, 13)}
         # Room 13 is sent before its destination arrives; the others once it has.
-        aux = {room: {"output_id": room, "logprob": -0.5, "cached_tokens": room % 3,
-                      "prompt_tokens": 4 * len(PLAN[room][0]), "top_logprobs": [[-0.5, room]]}
-               for room in PLAN}
+        aux = {
+            room: {
+                "output_id": room,
+                "logprob": -0.5,
+                "cached_tokens": room % 3,
+                "prompt_tokens": 4 * len(PLAN[room][0]),
+                "top_logprobs": [[-0.5, room]],
+            }
+            for room in PLAN
+        }
         senders[13].send(page_ranges(kv, PLAN[13][0], PS), aux[13])
         deadline = time.monotonic() + 30
         pending = {11, 12}
@@ -83,7 +102,9 @@ def test_two_process_transfer():
     used = set()
     for src_pages, dst_pages in PLAN.values():
         for sp, dp in zip(src_pages, dst_pages):
-            assert torch.equal(dkv[:, :, dp * PS:(dp + 1) * PS], kv[:, :, sp * PS:(sp + 1) * PS])
+            assert torch.equal(
+                dkv[:, :, dp * PS : (dp + 1) * PS], kv[:, :, sp * PS : (sp + 1) * PS]
+            )
             used.add(dp)
     for dp in set(range(16)) - used:
-        assert torch.count_nonzero(dkv[:, :, dp * PS:(dp + 1) * PS]) == 0
+        assert torch.count_nonzero(dkv[:, :, dp * PS : (dp + 1) * PS]) == 0

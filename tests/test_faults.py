@@ -53,9 +53,22 @@ class _Run:
 
     def __init__(self, config: str, stack: Stack, out: Path, *extra: str) -> None:
         self.out = out
-        self.argv = ["run", "--config", config, "--dataset", "gsm8k", "--num-samples", "2",
-                     "--settings", "2,3", "--out", str(out), "--cluster",
-                     str(stack.cluster_path), *extra]
+        self.argv = [
+            "run",
+            "--config",
+            config,
+            "--dataset",
+            "gsm8k",
+            "--num-samples",
+            "2",
+            "--settings",
+            "2,3",
+            "--out",
+            str(out),
+            "--cluster",
+            str(stack.cluster_path),
+            *extra,
+        ]
         self.code: int | None = None
         self.thread = threading.Thread(target=self._main, daemon=True)
         self.thread.start()
@@ -105,11 +118,14 @@ def _resume(config: str, stack: Stack, out: Path) -> None:
     assert all(r.ok for r in rows)
     summary = json.loads((out / "summary.json").read_text())
     assert [(s["setting"], s["n"], s["errors"]) for s in summary["settings"]] == [
-        (2, 2, 0), (3, 2, 0)]
+        (2, 2, 0),
+        (3, 2, 0),
+    ]
 
 
-def test_kill_9_of_each_process_fails_fast_and_resume_completes(tiny_config, tmp_path, capfd,
-                                                                 monkeypatch):
+def test_kill_9_of_each_process_fails_fast_and_resume_completes(
+    tiny_config, tmp_path, capfd, monkeypatch
+):
     monkeypatch.setenv("COLUMNS", "10000")  # rich must not wrap the messages checked here
     # 1. The decode worker dies: the run stops naming it and its log.
     with _up(tiny_config, tmp_path / "dep_a") as a:
@@ -132,4 +148,3 @@ def test_kill_9_of_each_process_fails_fast_and_resume_completes(tiny_config, tmp
         c.procs.append(again)
         wait_healthy([again], 60)
         _resume(tiny_config, c, tmp_path / "r3")
-

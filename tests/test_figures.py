@@ -23,8 +23,12 @@ def _titles(fig):
 
 def test_write_figures_writes_four_readable_pngs(tmp_path):
     paths = figures.write_figures(_rows(n=6, errors=1), tmp_path, dpi=40)
-    assert sorted(p.name for p in paths) == ["fig_activation_ee.png", "fig_latency_accuracy.png",
-                                             "fig_latency_cdf.png", "fig_timeline.png"]
+    assert sorted(p.name for p in paths) == [
+        "fig_activation_ee.png",
+        "fig_latency_accuracy.png",
+        "fig_latency_cdf.png",
+        "fig_timeline.png",
+    ]
     for p in paths:
         img = mpimg.imread(p)
         assert img.shape[0] > 50 and img.shape[1] > 50
@@ -76,8 +80,13 @@ def test_moa_pd_plot_rebuilds_everything_from_results_jsonl(tmp_path, capsys):
         for row in make_microbench_rows(n=40):
             f.write(json.dumps(row) + "\n")
     assert cli_main(["plot", str(tmp_path), "--dpi", "40"]) == 0
-    for name in ("summary.json", "fig_latency_accuracy.png", "fig_activation_ee.png",
-                 "fig_latency_cdf.png", "fig_microbench.png"):
+    for name in (
+        "summary.json",
+        "fig_latency_accuracy.png",
+        "fig_activation_ee.png",
+        "fig_latency_cdf.png",
+        "fig_microbench.png",
+    ):
         assert (tmp_path / name).stat().st_size > 0
     assert cli_main(["plot", str(tmp_path / "nowhere")]) == 2
     assert "no such results file" in capsys.readouterr().err
@@ -90,8 +99,16 @@ def test_single_model_rows_get_their_own_bars_and_summary_lines(tmp_path):
     rows = make_rows(datasets=("gsm8k",), settings=(2, 3), n=4)
     for r in [r for r in rows if r["setting"] == 3]:
         for m, scale in (("qwen-4b", 0.2), ("qwen-32b", 0.5)):
-            rows.append({**r, "setting": 5, "single_model": m, "e2e_s": r["e2e_s"] * scale,
-                         "agents": {"single": {"model": m}}, "early_exit": []})
+            rows.append(
+                {
+                    **r,
+                    "setting": 5,
+                    "single_model": m,
+                    "e2e_s": r["e2e_s"] * scale,
+                    "agents": {"single": {"model": m}},
+                    "early_exit": [],
+                }
+            )
     rows = [validate_row(r) for r in rows]
     summaries = summarize(rows)
     five = {s.single_model: s for s in summaries if s.setting == 5}
@@ -106,5 +123,8 @@ def test_single_model_rows_get_their_own_bars_and_summary_lines(tmp_path):
     assert "#5 qwen-4b" in console.export_text()
     paths = figures.write_figures(rows, tmp_path, dpi=40)
     # No #4 rows: no activation figure; the timeline draws the MoA settings only.
-    assert sorted(p.name for p in paths) == ["fig_latency_accuracy.png", "fig_latency_cdf.png",
-                                             "fig_timeline.png"]
+    assert sorted(p.name for p in paths) == [
+        "fig_latency_accuracy.png",
+        "fig_latency_cdf.png",
+        "fig_timeline.png",
+    ]

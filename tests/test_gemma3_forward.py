@@ -31,7 +31,10 @@ def test_gemma3_config_and_chat_template(gemma3):
     ours, _, tokenizer = gemma3
     cfg = ours.config
     assert (cfg.model_type, cfg.num_layers, cfg.num_heads, cfg.num_kv_heads) == (
-        "gemma3_text", 18, 4, 1
+        "gemma3_text",
+        18,
+        4,
+        1,
     )
     assert cfg.sliding_layers.count(False) == 3 and cfg.sliding_window == 512
     assert (cfg.rope_theta, cfg.local_rope_theta) == (1e6, 1e4)

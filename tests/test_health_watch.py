@@ -41,9 +41,19 @@ async def _hang(request: web.Request) -> web.Response:
 
 
 def _cluster(prefill: str, decode: str, router: str, processes: dict | None = None) -> ClusterSpec:
-    return ClusterSpec.model_validate({"models": {"m": {
-        "router_url": router, "prefill_urls": [prefill], "decode_urls": [decode],
-        "tokenizer_path": "unused", "processes": processes or {}}}})
+    return ClusterSpec.model_validate(
+        {
+            "models": {
+                "m": {
+                    "router_url": router,
+                    "prefill_urls": [prefill],
+                    "decode_urls": [decode],
+                    "tokenizer_path": "unused",
+                    "processes": processes or {},
+                }
+            }
+        }
+    )
 
 
 async def _until(pred, timeout: float = 5.0) -> float:
@@ -71,20 +81,41 @@ async def test_gone_hung_and_exited_processes_are_down_and_named():
     await gone.close()
     sleeper = _sleeper()
     exited_url = _url(exited)
-    spec = ClusterSpec.model_validate({"models": {
-        "m": {"router_url": _url(alive), "prefill_urls": [_url(hung)],
-              "decode_urls": [gone_url], "tokenizer_path": "unused",
-              "processes": {gone_url: {"name": "m.decode0", "log": "/logs/m.decode0.log"}}},
-        "n": {"router_url": _url(alive), "prefill_urls": [_url(alive)],
-              "decode_urls": [exited_url], "tokenizer_path": "unused",
-              "processes": {exited_url: {"name": "n.decode0", "pid": sleeper.pid,
-                                         "start_ticks": _start_ticks(sleeper.pid)}}}}})
+    spec = ClusterSpec.model_validate(
+        {
+            "models": {
+                "m": {
+                    "router_url": _url(alive),
+                    "prefill_urls": [_url(hung)],
+                    "decode_urls": [gone_url],
+                    "tokenizer_path": "unused",
+                    "processes": {gone_url: {"name": "m.decode0", "log": "/logs/m.decode0.log"}},
+                },
+                "n": {
+                    "router_url": _url(alive),
+                    "prefill_urls": [_url(alive)],
+                    "decode_urls": [exited_url],
+                    "tokenizer_path": "unused",
+                    "processes": {
+                        exited_url: {
+                            "name": "n.decode0",
+                            "pid": sleeper.pid,
+                            "start_ticks": _start_ticks(sleeper.pid),
+                        }
+                    },
+                },
+            }
+        }
+    )
     watch = HealthWatch(spec, interval_s=0.05, timeout_s=0.2)
     task = asyncio.create_task(watch.run())
     try:
         await _until(lambda: any(e.role == "decode0" for e in watch.down({"m"})))
-        with pytest.raises(WorkerDown, match=r"m decode0 .* is down \(/health unreachable.*"
-                                             r"its log: /logs/m.decode0.log"):
+        with pytest.raises(
+            WorkerDown,
+            match=r"m decode0 .* is down \(/health unreachable.*"
+            r"its log: /logs/m.decode0.log",
+        ):
             watch.check({"m"})
         watch.check({"n"})  # nothing of n is down yet
         _kill(sleeper)
@@ -114,7 +145,8 @@ async def test_router_fails_fast_when_a_worker_goes_down(smollm_tokenizer_path):
         cluster.router.hang = True  # every generation now waits forever
         msgs = [{"role": "user", "content": "2+3?"}]
         inflight = asyncio.create_task(
-            client.post("/v1/chat/completions", json={"model": cfg.name, "messages": msgs}))
+            client.post("/v1/chat/completions", json={"model": cfg.name, "messages": msgs})
+        )
         await _until(lambda: cluster.router.active)
         t0 = time.monotonic()
         # Nothing listens there any more, as after a kill -9 (site.stop() would also wait for

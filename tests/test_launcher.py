@@ -26,10 +26,21 @@ from router.config_loader import load_config
 
 
 def test_server_args_become_sglang_flags():
-    flags = server_arg_flags({"mem_fraction_static": 0.8, "enable_metrics": True,
-                              "disable_radix_cache": False, "schedule_conservativeness": 0.3})
-    assert flags == ["--mem-fraction-static", "0.8", "--enable-metrics",
-                     "--schedule-conservativeness", "0.3"]
+    flags = server_arg_flags(
+        {
+            "mem_fraction_static": 0.8,
+            "enable_metrics": True,
+            "disable_radix_cache": False,
+            "schedule_conservativeness": 0.3,
+        }
+    )
+    assert flags == [
+        "--mem-fraction-static",
+        "0.8",
+        "--enable-metrics",
+        "--schedule-conservativeness",
+        "0.3",
+    ]
 
 
 def test_worker_argv_prefill_and_decode():
@@ -39,8 +50,9 @@ def test_worker_argv_prefill_and_decode():
     assert "-m sglang_ext.launch_server --backend torch --model-path /models/m" in joined
     assert "--disaggregation-mode prefill --disaggregation-transfer-backend nixl" in joined
     assert "--disaggregation-bootstrap-port 8998" in joined and argv[-2:] == ["--page-size", "16"]
-    argv = worker_argv("sglang", "Qwen/Qwen3-0.6B", spec, "decode", "127.0.0.1", 30001, None,
-                       gpu_id=3)
+    argv = worker_argv(
+        "sglang", "Qwen/Qwen3-0.6B", spec, "decode", "127.0.0.1", 30001, None, gpu_id=3
+    )
     assert "--disaggregation-bootstrap-port" not in argv and argv[-2:] == ["--base-gpu-id", "3"]
 
 
@@ -60,9 +72,15 @@ def test_configs_sharing_a_model_merge_and_conflicts_fail():
 
 
 def test_worker_dying_at_startup_shows_its_log_tail(tmp_path):
-    spec = ProcSpec("dies", [sys.executable, "-c", ("print('loading weights'); "
-                             "raise SystemExit('model file is corrupt')")],
-                    "http://127.0.0.1:9/health")
+    spec = ProcSpec(
+        "dies",
+        [
+            sys.executable,
+            "-c",
+            ("print('loading weights'); raise SystemExit('model file is corrupt')"),
+        ],
+        "http://127.0.0.1:9/health",
+    )
     proc = start(spec, tmp_path)
     with pytest.raises(LaunchError) as info:
         wait_healthy([proc], timeout_s=20)
@@ -72,8 +90,11 @@ def test_worker_dying_at_startup_shows_its_log_tail(tmp_path):
 
 
 def test_health_timeout_names_the_process(tmp_path):
-    spec = ProcSpec("sleeper", [sys.executable, "-c", "import time; time.sleep(30)"],
-                    "http://127.0.0.1:9/health")
+    spec = ProcSpec(
+        "sleeper",
+        [sys.executable, "-c", "import time; time.sleep(30)"],
+        "http://127.0.0.1:9/health",
+    )
     proc = start(spec, tmp_path)
     try:
         with pytest.raises(LaunchError, match="not healthy after 1 s: sleeper"):
@@ -96,14 +117,21 @@ def test_port_in_use_is_a_clear_error(tmp_path):
 
 
 def test_down_stops_what_up_started_and_nothing_else(tmp_path):
-    ours = start(ProcSpec("ours", [sys.executable, "-c", "import time; time.sleep(60)"], None),
-                 tmp_path)
-    stranger = start(ProcSpec("stranger", [sys.executable, "-c", "import time; time.sleep(60)"],
-                              None), tmp_path)
-    rows = [{"name": "ours", "pid": ours.pid, "start_ticks": process_start_ticks(ours.pid)},
-            # A recorded pid whose start time differs (the pid was reused) is left alone.
-            {"name": "reused", "pid": stranger.pid,
-             "start_ticks": process_start_ticks(stranger.pid) - 1}]
+    ours = start(
+        ProcSpec("ours", [sys.executable, "-c", "import time; time.sleep(60)"], None), tmp_path
+    )
+    stranger = start(
+        ProcSpec("stranger", [sys.executable, "-c", "import time; time.sleep(60)"], None), tmp_path
+    )
+    rows = [
+        {"name": "ours", "pid": ours.pid, "start_ticks": process_start_ticks(ours.pid)},
+        # A recorded pid whose start time differs (the pid was reused) is left alone.
+        {
+            "name": "reused",
+            "pid": stranger.pid,
+            "start_ticks": process_start_ticks(stranger.pid) - 1,
+        },
+    ]
     (tmp_path / "processes.json").write_text(json.dumps(rows))
     try:
         assert down_run_dir(tmp_path) == ["ours", "reused"]
@@ -138,42 +166,67 @@ def _run_script(script: str, tmp_path: Path, env: dict) -> list[str]:
     recorder.write_text(f'#!/bin/sh\necho "$@" >> {log}\n')
     recorder.chmod(0o755)
     root = Path(__file__).resolve().parent.parent
-    subprocess.run(["bash", str(root / "launch" / script)], check=True, cwd=tmp_path,
-                   env={**os.environ, "MOA_PD": str(recorder), **env})
+    subprocess.run(
+        ["bash", str(root / "launch" / script)],
+        check=True,
+        cwd=tmp_path,
+        env={**os.environ, "MOA_PD": str(recorder), **env},
+    )
     return log.read_text().splitlines()
 
 
 def test_experiment_script_reads_its_environment(tmp_path):
-    calls = _run_script("run_servers_all_pd_w_experiment.sh", tmp_path, {
-        "CONFIG_PATH": "tree_9_3_1_homo", "DENSE_CONFIG_PATH": "all_to_all_9_9_1_homo",
-        "DATASET": "math500", "NUM_SAMPLES": "7", "QUESTION_BATCH_SIZE": "4",
-        "BACKEND": "sglang", "OUT": "runs/x"})
-    assert calls[0] == ("up --config tree_9_3_1_homo --config all_to_all_9_9_1_homo --backend "
-                        "sglang --run-dir runs/x/deployment --detach")
-    assert calls[1] == ("run --config tree_9_3_1_homo --dense-config all_to_all_9_9_1_homo "
-                        "--dataset math500 --num-samples 7 --settings 1,2,3,4 --concurrency 4 "
-                        "--cluster runs/x/deployment/cluster.json --out runs/x")
+    calls = _run_script(
+        "run_servers_all_pd_w_experiment.sh",
+        tmp_path,
+        {
+            "CONFIG_PATH": "tree_9_3_1_homo",
+            "DENSE_CONFIG_PATH": "all_to_all_9_9_1_homo",
+            "DATASET": "math500",
+            "NUM_SAMPLES": "7",
+            "QUESTION_BATCH_SIZE": "4",
+            "BACKEND": "sglang",
+            "OUT": "runs/x",
+        },
+    )
+    assert calls[0] == (
+        "up --config tree_9_3_1_homo --config all_to_all_9_9_1_homo --backend "
+        "sglang --run-dir runs/x/deployment --detach"
+    )
+    assert calls[1] == (
+        "run --config tree_9_3_1_homo --dense-config all_to_all_9_9_1_homo "
+        "--dataset math500 --num-samples 7 --settings 1,2,3,4 --concurrency 4 "
+        "--cluster runs/x/deployment/cluster.json --out runs/x"
+    )
     assert calls[2] == "down --run-dir runs/x/deployment"  # torn down on exit
 
 
 def test_experiment_script_without_dense_config_skips_setting_1(tmp_path):
-    calls = _run_script("run_servers_all_pd_w_experiment.sh", tmp_path,
-                        {"DENSE_CONFIG_PATH": "", "OUT": "o"})
+    calls = _run_script(
+        "run_servers_all_pd_w_experiment.sh", tmp_path, {"DENSE_CONFIG_PATH": "", "OUT": "o"}
+    )
     assert "--dense-config" not in calls[1] and "--settings 2,3,4" in calls[1]
 
 
 def test_servers_script_passes_every_config(tmp_path):
-    calls = _run_script("run_servers_all_pd.sh", tmp_path,
-                        {"CONFIG_PATH": "tree_3_1_cpu all_to_all_9_9_1_cpu", "OUT": "o"})
-    assert calls == [("up --config tree_3_1_cpu --config all_to_all_9_9_1_cpu --backend torch "
-                     "--run-dir o --host 127.0.0.1")]
+    calls = _run_script(
+        "run_servers_all_pd.sh",
+        tmp_path,
+        {"CONFIG_PATH": "tree_3_1_cpu all_to_all_9_9_1_cpu", "OUT": "o"},
+    )
+    assert calls == [
+        (
+            "up --config tree_3_1_cpu --config all_to_all_9_9_1_cpu --backend torch "
+            "--run-dir o --host 127.0.0.1"
+        )
+    ]
 
 
 def test_priority_scheduling_in_server_args_makes_the_router_send_priority(tmp_path):
     from router.cluster import ClusterSpec
 
     cfg = load_config("tree_3_1_cpu")
-    (name, spec), = cfg.models.items()
+    ((name, spec),) = cfg.models.items()
     prio = spec.model_copy(update={"server_args": {"torch": {"enable_priority_scheduling": True}}})
     for model, expected in ((spec, False), (prio, True)):
         stack = Stack([cfg.model_copy(update={"models": {name: model}})], [], "torch", tmp_path)

@@ -30,17 +30,40 @@ def test_lm_eval_local_chat_completions_scores_three_questions(tmp_path):
     with make_stack([str(config)], "torch", tmp_path / "dep", "127.0.0.1") as stack:
         url = stack.cluster()["shell_router_url"]
         out = tmp_path / "lm_eval_out"
-        model_args = (f"model=tree_3_1_eval,base_url={url}/v1/chat/completions,"
-                      "num_concurrent=1,max_retries=1,tokenized_requests=False")
-        argv = [sys.executable, "-m", "lm_eval", "--model", "local-chat-completions",
-                "--model_args", model_args,
-                "--include_path", "experiments/lm_eval_tasks", "--tasks", "gsm8k_local",
-                "--apply_chat_template", "--limit", "3",
-                "--gen_kwargs", "max_gen_toks=16", "--output_path", str(out)]
-        env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
-               "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-        proc = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True,
-                              timeout=240, check=False)
+        model_args = (
+            f"model=tree_3_1_eval,base_url={url}/v1/chat/completions,"
+            "num_concurrent=1,max_retries=1,tokenized_requests=False"
+        )
+        argv = [
+            sys.executable,
+            "-m",
+            "lm_eval",
+            "--model",
+            "local-chat-completions",
+            "--model_args",
+            model_args,
+            "--include_path",
+            "experiments/lm_eval_tasks",
+            "--tasks",
+            "gsm8k_local",
+            "--apply_chat_template",
+            "--limit",
+            "3",
+            "--gen_kwargs",
+            "max_gen_toks=16",
+            "--output_path",
+            str(out),
+        ]
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "OMP_NUM_THREADS": "1",
+        }
+        proc = subprocess.run(
+            argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False
+        )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(next(out.rglob("results_*.json")).read_text())
     task = results["results"]["gsm8k_local"]

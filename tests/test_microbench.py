@@ -45,8 +45,10 @@ def test_row_schema_is_what_the_figure_reads():
 def test_medians_are_normalized_to_plain_pd():
     rows = []
     for i, (pd, inc) in enumerate([(2.0, 1.0), (4.0, 3.0), (6.0, 3.0)]):
-        rows += [mb.make_row("pd", 10, pd, 0.1, 0, i), mb.make_row("incremental", 10, inc, None,
-                                                                   8, i)]
+        rows += [
+            mb.make_row("pd", 10, pd, 0.1, 0, i),
+            mb.make_row("incremental", 10, inc, None, 8, i),
+        ]
     summary = {s["variant"]: s for s in mb.normalized_medians(rows)}
     assert summary["pd"]["vs_pd"] == 1.0
     assert summary["incremental"]["vs_pd"] == pytest.approx(3.0 / 4.0)
@@ -93,7 +95,7 @@ def test_sglang_workers_get_the_cpu_path_of_moa_pd_up_or_a_gpu(tmp_path):
     spec = worker_spec("pd.decode", str(tmp_path), "decode", "127.0.0.1", args, "sglang")
     argv = spec.argv
     assert argv[argv.index("--backend") + 1] == "sglang"
-    assert argv[-len(cpu.worker_flags("decode")):] == cpu.worker_flags("decode")
+    assert argv[-len(cpu.worker_flags("decode")) :] == cpu.worker_flags("decode")
     assert argv.count("--max-total-tokens") == 1  # the CPU path's own pool size only
     assert spec.env["SGLANG_USE_CPU_ENGINE"] == "1"
     on_gpu = worker_spec("pd.prefill", str(tmp_path), "prefill", "127.0.0.1", args, "sglang", 3)

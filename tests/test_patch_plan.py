@@ -25,7 +25,9 @@ def test_before_0_5_11_only_the_route_is_needed(version):
 def test_from_0_5_11_the_warmup_insert_runs_in_the_schedulers(version):
     plan = patch_plan(version)
     assert [(p.name, p.process) for p in plan] == [
-        ("prefill_only_route", "main"), ("warmup_radix_insert", "scheduler")]
+        ("prefill_only_route", "main"),
+        ("warmup_radix_insert", "scheduler"),
+    ]
     assert dp_rank_field(version) == P.ROUTED_DP_RANK
 
 
@@ -69,8 +71,9 @@ class FakeReq:
         self.bootstrap_host = bootstrap_host
         self.positional_embed_overrides = positional_embed_overrides
         # What 0.5.11..0.5.23 compute in Req.__init__.
-        self.skip_radix_cache_insert = (bootstrap_host == P.FAKE_BOOTSTRAP_HOST
-                                        or positional_embed_overrides is not None)
+        self.skip_radix_cache_insert = (
+            bootstrap_host == P.FAKE_BOOTSTRAP_HOST or positional_embed_overrides is not None
+        )
 
 
 @pytest.mark.parametrize(
@@ -91,8 +94,9 @@ def test_after_req_init_only_undoes_the_fake_host_reason(rid, host, overrides, s
 
 def test_hook_leaves_a_req_without_the_new_attributes_alone():
     # 0.5.11's Req has no positional_embed_overrides; a missing rid must not crash the scheduler.
-    req = types.SimpleNamespace(rid=None, bootstrap_host=P.FAKE_BOOTSTRAP_HOST,
-                                skip_radix_cache_insert=True)
+    req = types.SimpleNamespace(
+        rid=None, bootstrap_host=P.FAKE_BOOTSTRAP_HOST, skip_radix_cache_insert=True
+    )
     W.after_req_init(None, req)
     assert req.skip_radix_cache_insert is True
 
@@ -128,8 +132,7 @@ def test_plugin_registers_an_after_hook_on_req_init(monkeypatch):
     calls = _fake_sglang(monkeypatch)
     monkeypatch.setenv(W.ENABLE_ENV, "1")
     W.register_plugin()
-    assert calls == [("sglang.srt.managers.schedule_batch.Req.__init__", W.after_req_init,
-                      "after")]
+    assert calls == [("sglang.srt.managers.schedule_batch.Req.__init__", W.after_req_init, "after")]
 
 
 def test_plugin_refuses_a_changed_fake_host(monkeypatch):
@@ -165,6 +168,7 @@ def test_pyproject_declares_the_scheduler_plugin():
 
 # --- the route glue, on a FastAPI app standing in for SGLang's http_server.app -------------------
 
+
 def _client_and_app(dp_field=P.ROUTED_DP_RANK, status=200, reply=None):
     fastapi = pytest.importorskip("fastapi")
     try:
@@ -179,10 +183,15 @@ def _client_and_app(dp_field=P.ROUTED_DP_RANK, status=200, reply=None):
     async def generate(request: fastapi.Request):
         body = await request.json()
         seen.append((body, request.headers.get("authorization")))
-        meta = {P.META_ID: body.get(P.RID), P.PROMPT_TOKENS: len(body[P.INPUT_IDS]),
-                P.CACHED_TOKENS: 2, P.E2E_LATENCY: 0.01}
+        meta = {
+            P.META_ID: body.get(P.RID),
+            P.PROMPT_TOKENS: len(body[P.INPUT_IDS]),
+            P.CACHED_TOKENS: 2,
+            P.E2E_LATENCY: 0.01,
+        }
         return fastapi.responses.JSONResponse(
-            reply if reply is not None else {P.OUTPUT_IDS: [9], P.META_INFO: meta}, status)
+            reply if reply is not None else {P.OUTPUT_IDS: [9], P.META_INFO: meta}, status
+        )
 
     install(app, dp_field)
     client = httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://t")
@@ -192,8 +201,11 @@ def _client_and_app(dp_field=P.ROUTED_DP_RANK, status=200, reply=None):
 async def test_route_runs_a_fake_host_generate_in_process():
     client, seen = _client_and_app()
     async with client:
-        resp = await client.post(P.PREFILL_ONLY_PATH, json={"input_ids": [1, 2, 3], "rid": "r"},
-                                 headers={"Authorization": "Bearer k"})
+        resp = await client.post(
+            P.PREFILL_ONLY_PATH,
+            json={"input_ids": [1, 2, 3], "rid": "r"},
+            headers={"Authorization": "Bearer k"},
+        )
     assert resp.status_code == 200
     assert resp.json()[P.CACHED_TOKENS] == 2 and resp.json()[P.PROMPT_TOKENS] == 3
     body, auth = seen[0]
@@ -206,8 +218,9 @@ async def test_route_uses_the_versions_dp_field_and_reports_errors():
     async with client:
         ok = await client.post(P.PREFILL_ONLY_PATH, json={"input_ids": [1], "routed_dp_rank": 1})
         bad = await client.post(P.PREFILL_ONLY_PATH, json={"input_ids": "x"})
-        junk = await client.post(P.PREFILL_ONLY_PATH, content=b"{nope",
-                                 headers={"content-type": "application/json"})
+        junk = await client.post(
+            P.PREFILL_ONLY_PATH, content=b"{nope", headers={"content-type": "application/json"}
+        )
     assert ok.status_code == 200 and seen[0][0]["data_parallel_rank"] == 1
     assert bad.status_code == 400 and "input_ids" in bad.json()["message"]
     assert junk.status_code == 400 and "not valid JSON" in junk.json()["message"]

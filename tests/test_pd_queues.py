@@ -323,6 +323,7 @@ def test_each_worker_moves_a_request_through_its_states():
     decode, dp = pd_engine("decode")
     moves = {"prefill": [], "decode": []}
     for name, eng in (("prefill", prefill), ("decode", decode)):
+
         def record(req, state, _move=eng.sched._move, name=name):
             moves[name].append(state)
             _move(req, state)

@@ -11,7 +11,10 @@ from launch.procs import ProcSpec, plan_cpus, start, stop_group
 def test_plan_cpus_keeps_prefill_and_decode_apart():
     assert plan_cpus(["prefill", "decode"], [0, 1]) == [[0], [1]]
     assert plan_cpus(["prefill", "prefill", "decode", "decode"], [0, 1, 2, 3]) == [
-        [0], [1], [3], [2]
+        [0],
+        [1],
+        [3],
+        [2],
     ]
     # More workers than cores: they share, round-robin, each side from its own end.
     assert plan_cpus(["prefill", "decode", "prefill", "decode"], [4, 5]) == [[4], [5], [5], [4]]

@@ -27,8 +27,9 @@ def test_input_ids_become_a_fake_host_warmup():
 
 def test_given_room_rank_and_prefixed_rid_are_kept():
     rid = P.WARMUP_RID_PREFIX + "x"
-    req = to_generate_request({"text": "hi", "rid": rid, "bootstrap_room": 42,
-                               "routed_dp_rank": 1, "priority": 0})
+    req = to_generate_request(
+        {"text": "hi", "rid": rid, "bootstrap_room": 42, "routed_dp_rank": 1, "priority": 0}
+    )
     assert req[P.PRIORITY] == 0  # the router's warm-up priority reaches SGLang's scheduler
     assert req[P.RID] == rid  # not prefixed twice
     assert req[P.TEXT] == "hi"
@@ -75,15 +76,24 @@ def test_bad_bodies_are_refused_with_a_message(body, needle):
 
 
 def _reply(**meta):
-    base = {P.META_ID: "moa-warm-r", P.PROMPT_TOKENS: 400, P.CACHED_TOKENS: 384,
-            P.FINISH_REASON: {"type": "length", "length": 0}}
+    base = {
+        P.META_ID: "moa-warm-r",
+        P.PROMPT_TOKENS: 400,
+        P.CACHED_TOKENS: 384,
+        P.FINISH_REASON: {"type": "length", "length": 0},
+    }
     return {P.OUTPUT_IDS: [11], P.META_INFO: {**base, **meta}}
 
 
 def test_reply_is_condensed():
     out = to_prefill_only_reply(_reply(e2e_latency=0.25), elapsed_s=0.3)
-    assert out == {P.RID: "moa-warm-r", P.PROMPT_TOKENS: 400, P.CACHED_TOKENS: 384,
-                   P.E2E_LATENCY: 0.25, P.ELAPSED_S: 0.3}
+    assert out == {
+        P.RID: "moa-warm-r",
+        P.PROMPT_TOKENS: 400,
+        P.CACHED_TOKENS: 384,
+        P.E2E_LATENCY: 0.25,
+        P.ELAPSED_S: 0.3,
+    }
 
 
 def test_reply_without_e2e_latency_uses_elapsed_and_one_element_list_is_unwrapped():
@@ -111,8 +121,11 @@ async def test_serve_calls_generate_once_and_condenses():
         sent.append(req)
         return 200, _reply(**{P.META_ID: req[P.RID]})
 
-    status, body = await serve({"input_ids": [1, 2, 3], "rid": "a", "routed_dp_rank": 2},
-                               generate, dp_rank_field="data_parallel_rank")
+    status, body = await serve(
+        {"input_ids": [1, 2, 3], "rid": "a", "routed_dp_rank": 2},
+        generate,
+        dp_rank_field="data_parallel_rank",
+    )
     assert status == 200 and body[P.RID] == P.WARMUP_RID_PREFIX + "a"
     assert body[P.ELAPSED_S] >= 0
     # SGLang < 0.5.11 spells the DP pin "data_parallel_rank".

@@ -102,9 +102,16 @@ def test_priority_must_be_an_int():
 
 def test_cli_takes_sglang_priority_flags():
     args = parse_args(
-        ["--model-path", "m", "--enable-priority-scheduling",
-         "--schedule-low-priority-values-first", "--default-priority-value", "7", "--abort-on-priority-when-disabled",
-         "--disable-priority-preemption"]
+        [
+            "--model-path",
+            "m",
+            "--enable-priority-scheduling",
+            "--schedule-low-priority-values-first",
+            "--default-priority-value",
+            "7",
+            "--abort-on-priority-when-disabled",
+            "--disable-priority-preemption",
+        ]
     )
     assert args.enable_priority_scheduling and args.schedule_low_priority_values_first
     assert args.default_priority_value == 7 and args.abort_on_priority_when_disabled
@@ -155,8 +162,17 @@ def test_critical_request_overtakes_queued_warmups_on_a_prefill_worker(smollm2_d
         smollm2_dir,
         tmp_path,
         "prefill",
-        ["--enable-priority-scheduling", "--page-size", "4", "--max-total-tokens", "4096",
-         "--chunked-prefill-size", "16", "--max-prefill-tokens", "16"],
+        [
+            "--enable-priority-scheduling",
+            "--page-size",
+            "4",
+            "--max-total-tokens",
+            "4096",
+            "--chunked-prefill-size",
+            "16",
+            "--max-prefill-tokens",
+            "16",
+        ],
     )
     try:
         procs.wait_healthy([worker])
@@ -173,4 +189,3 @@ def test_critical_request_overtakes_queued_warmups_on_a_prefill_worker(smollm2_d
         assert fwd["a"] < fwd["w1"] < fwd["w2"] < fwd["c"]
     finally:
         procs.stop(worker)
-

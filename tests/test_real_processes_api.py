@@ -31,8 +31,14 @@ from tests.deployment_procs import tiny_config
 from tests.fuzz_table import BODIES, ROUTER_ROUTES, huge_body
 
 pytestmark = pytest.mark.slow
-WORKER_ROUTES = ["/generate", P.PREFILL_ONLY_PATH, "/v1/chat/completions", "/v1/completions",
-                 "/flush_cache", "/abort_request"]
+WORKER_ROUTES = [
+    "/generate",
+    P.PREFILL_ONLY_PATH,
+    "/v1/chat/completions",
+    "/v1/completions",
+    "/flush_cache",
+    "/abort_request",
+]
 MSGS = [{"role": "user", "content": "What is 2+3?"}]
 
 
@@ -49,13 +55,18 @@ def _fuzz(url: str, routes: list[str], limit: int) -> list[tuple[str, bytes, int
     with requests.Session() as s:
         for route in routes:
             for data in [*BODIES, huge_body(limit)]:
-                r = s.post(url + route, data=data, timeout=60,
-                           headers={"Content-Type": "application/json"})
+                r = s.post(
+                    url + route, data=data, timeout=60, headers={"Content-Type": "application/json"}
+                )
                 seen.append((route, data[:40], r.status_code))
                 assert r.status_code < 500, (url + route, data[:80], r.status_code, r.text)
                 if r.status_code >= 400:
                     assert r.headers["Content-Type"].startswith("application/json"), (
-                        url + route, data[:80], r.status_code, r.text)
+                        url + route,
+                        data[:80],
+                        r.status_code,
+                        r.text,
+                    )
                     assert "error" in r.json(), (url + route, data[:80], r.text)
     return seen
 
@@ -66,8 +77,11 @@ def test_fuzz_shell_router_post_routes(deployment):
     seen = _fuzz(url, ROUTER_ROUTES, ROUTER_MAX_BODY)
     assert all(400 <= status < 500 for *_, status in seen), seen
     assert requests.get(url + "/health", timeout=10).status_code == 200
-    r = requests.post(url + "/v1/chat/completions", timeout=120,
-                      json={"model": "tree_3_1_tiny", "messages": MSGS, "max_tokens": 4})
+    r = requests.post(
+        url + "/v1/chat/completions",
+        timeout=120,
+        json={"model": "tree_3_1_tiny", "messages": MSGS, "max_tokens": 4},
+    )
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"]
 
@@ -80,12 +94,22 @@ def test_fuzz_worker_post_routes(deployment):
         assert requests.get(worker + "/health", timeout=10).status_code == 200
     # Still serving: a prefill-only warm-up on the prefill worker, and a chat completion on the
     # workers' own OpenAI route through the model's sglang-router (PD: both workers).
-    r = requests.post(model["prefill_urls"][0] + "/generate", timeout=60, json={
-        P.TEXT: "2+3=", P.SAMPLING_PARAMS: {P.MAX_NEW_TOKENS: 1},
-        P.BOOTSTRAP_HOST: P.FAKE_BOOTSTRAP_HOST, P.BOOTSTRAP_ROOM: 0})
+    r = requests.post(
+        model["prefill_urls"][0] + "/generate",
+        timeout=60,
+        json={
+            P.TEXT: "2+3=",
+            P.SAMPLING_PARAMS: {P.MAX_NEW_TOKENS: 1},
+            P.BOOTSTRAP_HOST: P.FAKE_BOOTSTRAP_HOST,
+            P.BOOTSTRAP_ROOM: 0,
+        },
+    )
     assert r.status_code == 200, r.text
-    r = requests.post(model["router_url"] + "/v1/chat/completions", timeout=120,
-                      json={"model": "smollm2", "messages": MSGS, "max_tokens": 3})
+    r = requests.post(
+        model["router_url"] + "/v1/chat/completions",
+        timeout=120,
+        json={"model": "smollm2", "messages": MSGS, "max_tokens": 3},
+    )
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] == 3
 
@@ -98,8 +122,11 @@ def test_sigstop_of_decode_worker_fails_the_question_fast(deployment):
 
     def ask() -> None:
         t0 = time.monotonic()
-        r = requests.post(url + "/v1/chat/completions", timeout=120,
-                          json={"model": "tree_3_1_tiny", "messages": MSGS})
+        r = requests.post(
+            url + "/v1/chat/completions",
+            timeout=120,
+            json={"model": "tree_3_1_tiny", "messages": MSGS},
+        )
         reply.update(status=r.status_code, body=r.text, t=time.monotonic() - t0)
 
     asker = threading.Thread(target=ask, daemon=True)

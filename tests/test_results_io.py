@@ -18,8 +18,9 @@ def test_writer_appends_one_line_per_row_and_reader_round_trips(tmp_path):
     lines = path.read_text().splitlines()
     assert len(lines) == len(rows)
     back = read_results(path)
-    assert [(r.sample_id, r.setting) for r in back] == [(r["sample_id"], r["setting"])
-                                                        for r in rows]
+    assert [(r.sample_id, r.setting) for r in back] == [
+        (r["sample_id"], r["setting"]) for r in rows
+    ]
     assert back[0].model_extra["final_text"] == "The answer is 42"
     assert back[0].agents["p0"].model == "qwen-4b"
 
@@ -38,7 +39,10 @@ def test_torn_last_line_is_skipped_with_a_warning_and_repaired_on_append(tmp_pat
     assert completed_keys(path) == {("gsm8k-0", 2), ("gsm8k-1", 2)}
     ResultsWriter(path).append(rows[2])  # reopening cuts the torn tail first
     assert [json.loads(line)["sample_id"] for line in path.read_text().splitlines()] == [
-        "gsm8k-0", "gsm8k-1", "gsm8k-2"]
+        "gsm8k-0",
+        "gsm8k-1",
+        "gsm8k-2",
+    ]
 
 
 def test_bad_line_in_the_middle_is_an_error_naming_the_line(tmp_path):
@@ -83,10 +87,26 @@ def test_killed_agent_without_prefill_numbers_is_a_valid_row(tmp_path):
     """An agent killed by early exit before its final request has no prompt/cached tokens."""
     from experiments.results import ResultsWriter, read_results
 
-    row = {"sample_id": "q1", "dataset": "gsm8k", "setting": 4, "answer": "3", "gold": "3",
-           "correct": True, "e2e_s": 1.0, "error": None, "early_exit": [],
-           "agents": {"leaf": {"model": "m", "killed": True, "prompt_tokens": None,
-                               "cached_tokens": None, "output_ids": [1]}}}
+    row = {
+        "sample_id": "q1",
+        "dataset": "gsm8k",
+        "setting": 4,
+        "answer": "3",
+        "gold": "3",
+        "correct": True,
+        "e2e_s": 1.0,
+        "error": None,
+        "early_exit": [],
+        "agents": {
+            "leaf": {
+                "model": "m",
+                "killed": True,
+                "prompt_tokens": None,
+                "cached_tokens": None,
+                "output_ids": [1],
+            }
+        },
+    }
     ResultsWriter(tmp_path / "results.jsonl").append(row)
     (back,) = read_results(tmp_path / "results.jsonl")
     assert back.agents["leaf"].killed and back.agents["leaf"].prompt_tokens is None

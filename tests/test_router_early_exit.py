@@ -367,21 +367,39 @@ def test_a_broken_embedding_model_stops_the_router(tmp_path, smollm_tokenizer_pa
     broken = tmp_path / "broken-embedder"
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
-    cfg = tree_config().model_copy(
-        update={"early_exit": EarlyExit(embedding_model=str(broken))}
-    )
+    cfg = tree_config().model_copy(update={"early_exit": EarlyExit(embedding_model=str(broken))})
     with pytest.raises(EmbedderError, match=f"looked for in {broken}"):
         EarlyExitHooks().check([cfg])
     (tmp_path / "cfg.json").write_text(cfg.model_dump_json())
-    cluster = {"models": {"smollm2": {
-        "router_url": "http://127.0.0.1:9", "prefill_urls": ["http://127.0.0.1:9"],
-        "decode_urls": ["http://127.0.0.1:9"], "bootstrap_ports": [9],
-        "model_path": smollm_tokenizer_path, "tokenizer_path": smollm_tokenizer_path}}}
+    cluster = {
+        "models": {
+            "smollm2": {
+                "router_url": "http://127.0.0.1:9",
+                "prefill_urls": ["http://127.0.0.1:9"],
+                "decode_urls": ["http://127.0.0.1:9"],
+                "bootstrap_ports": [9],
+                "model_path": smollm_tokenizer_path,
+                "tokenizer_path": smollm_tokenizer_path,
+            }
+        }
+    }
     (tmp_path / "cluster.json").write_text(json.dumps(cluster))
     proc = subprocess.run(
-        [sys.executable, "-m", "router", "--cluster", str(tmp_path / "cluster.json"),
-         "--config", str(tmp_path / "cfg.json"), "--port", str(free_port())],
-        check=False, capture_output=True, text=True, timeout=120,
+        [
+            sys.executable,
+            "-m",
+            "router",
+            "--cluster",
+            str(tmp_path / "cluster.json"),
+            "--config",
+            str(tmp_path / "cfg.json"),
+            "--port",
+            str(free_port()),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"looked for in {broken}" in proc.stderr and "cannot serve early exit" in proc.stderr

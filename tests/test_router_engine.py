@@ -52,8 +52,7 @@ def flush(stack) -> None:
 async def test_pipelined_equals_blocking_on_the_engine(
     stack, tree, slot_order, n_tokens, questions, temperature
 ):
-    cfg = tree_config(tree, max_new_tokens=n_tokens, slot_order=slot_order,
-                      temperature=temperature)
+    cfg = tree_config(tree, max_new_tokens=n_tokens, slot_order=slot_order, temperature=temperature)
     async with RouterContext.open(stack_cluster(stack)) as ctx:
         for q in questions:
             # Cold caches, pipelined first: a wrong warm-up KV cannot hide behind blocking's

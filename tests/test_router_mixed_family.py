@@ -96,9 +96,5 @@ async def test_mixed_family_pipelined_equals_blocking(stack, gemma_stack, tree, 
         assert t["prompt_tokens"] == b["prompt_tokens"], agent
     # Both families served agents, and some successor read a precursor of the other family.
     assert {models[a] for a in piped.trace} == {"smollm2", "gemma3"}
-    cross = [
-        s
-        for s in piped.trace
-        if any(models[p] != models[s] for p in cfg.precursors(s))
-    ]
+    cross = [s for s in piped.trace if any(models[p] != models[s] for p in cfg.precursors(s))]
     assert cross

@@ -56,12 +56,26 @@ def check_trace(row) -> None:
 @pytest.mark.slow
 def test_moa_pd_run_then_plot_on_real_processes(tmp_path):
     out = tmp_path / "run"
-    rc = cli_main(["run", "--config", small_config(tmp_path), "--dataset", "gsm8k",
-                   "--num-samples", "2", "--settings", "2,3,4", "--out", str(out)])
+    rc = cli_main(
+        [
+            "run",
+            "--config",
+            small_config(tmp_path),
+            "--dataset",
+            "gsm8k",
+            "--num-samples",
+            "2",
+            "--settings",
+            "2,3,4",
+            "--out",
+            str(out),
+        ]
+    )
     assert rc == 0
     rows = read_results(out / "results.jsonl")
     assert sorted((r.sample_id, r.setting) for r in rows) == sorted(
-        (f"gsm8k-test-{i:04d}", s) for i in range(2) for s in (2, 3, 4))
+        (f"gsm8k-test-{i:04d}", s) for i in range(2) for s in (2, 3, 4)
+    )
     for r in rows:
         assert r.ok, r.error
         assert r.config == "tree_3_1_cpu_e2e" and r.correct is not None and r.final_text
@@ -83,10 +97,18 @@ def test_moa_pd_run_then_plot_on_real_processes(tmp_path):
     assert three["latency_vs_2_median"] > 0 and len(three["latency_vs_2_ci"]) == 2
     assert three["paired"]["vs_2"]["graded"] == 2
     assert by_setting[4]["ee_overhead_share"] is not None
-    for name in ("fig_latency_accuracy.png", "fig_latency_cdf.png", "fig_timeline.png",
-                 "fig_activation_ee.png"):
+    for name in (
+        "fig_latency_accuracy.png",
+        "fig_latency_cdf.png",
+        "fig_timeline.png",
+        "fig_activation_ee.png",
+    ):
         (out / name).unlink()
     assert cli_main(["plot", str(out), "--dpi", "40"]) == 0
-    for name in ("fig_latency_accuracy.png", "fig_latency_cdf.png", "fig_timeline.png",
-                 "fig_activation_ee.png"):
+    for name in (
+        "fig_latency_accuracy.png",
+        "fig_latency_cdf.png",
+        "fig_timeline.png",
+        "fig_activation_ee.png",
+    ):
         assert (out / name).stat().st_size > 1000, name

@@ -21,11 +21,13 @@ def fake_router(calls: list[dict], fail_ids: set[str] = frozenset()) -> web.Appl
         if body["question_id"] in fail_ids:
             return web.json_response({"error": {"message": "precursor leaf_0 failed"}}, status=502)
         gold = answers[body["question_id"]]
-        return web.json_response({
-            "answer": f"Adding it up, the answer is {gold}.",
-            "trace": {"final": {"model": "m", "output_ids": [1, 2], "killed": False}},
-            "early_exit": [],
-        })
+        return web.json_response(
+            {
+                "answer": f"Adding it up, the answer is {gold}.",
+                "trace": {"final": {"model": "m", "output_ids": [1, 2], "killed": False}},
+                "early_exit": [],
+            }
+        )
 
     async def flush(request: web.Request) -> web.Response:
         calls.append({"flush": True})
@@ -55,26 +57,29 @@ async def start(app: web.Application) -> tuple[web.AppRunner, str]:
 
 
 def spec_for(out: Path, settings: str = "1,2,3", **kw) -> RunSpec:
-    return RunSpec("tree_3_1_cpu", "all_to_all_9_9_1_cpu", "gsm8k", 3, parse_settings(settings),
-                   2, out, **kw)
+    return RunSpec(
+        "tree_3_1_cpu", "all_to_all_9_9_1_cpu", "gsm8k", 3, parse_settings(settings), 2, out, **kw
+    )
 
 
 async def test_rows_per_sample_and_setting_then_resume(tmp_path):
     calls: list[dict] = []
     runner, url = await start(fake_router(calls))
-    cluster = {"shell_router_url": url, "models": {"m": {"prefill_urls": [url],
-                                                         "decode_urls": []}}}
+    cluster = {"shell_router_url": url, "models": {"m": {"prefill_urls": [url], "decode_urls": []}}}
     try:
         await run_async(spec_for(tmp_path), cluster)
         rows = read_results(tmp_path / "results.jsonl")
         assert sorted((r.setting, r.sample_id) for r in rows) == sorted(
-            (s, q.id) for s in (1, 2, 3) for q in questions)
+            (s, q.id) for s in (1, 2, 3) for q in questions
+        )
         assert all(r.correct for r in rows)
         assert all(r.agents["final"].output_ids == [1, 2] and r.e2e_s > 0 for r in rows)
         runs = [c for c in calls if "mode" in c]
         assert {(c["config"], c["mode"]) for c in runs} == {
-            ("all_to_all_9_9_1_cpu", "blocking"), ("tree_3_1_cpu", "blocking"),
-            ("tree_3_1_cpu", "pipelined")}
+            ("all_to_all_9_9_1_cpu", "blocking"),
+            ("tree_3_1_cpu", "blocking"),
+            ("tree_3_1_cpu", "pipelined"),
+        }
         # The router is told the dataset, so DMV votes with the dataset's own extractor.
         assert {c["dataset"] for c in runs} == {"gsm8k"} and not any("task" in c for c in runs)
         # concurrency 2: one block per setting, each on a cold cache
@@ -122,25 +127,38 @@ def test_dmv_on_a_dataset_without_answers_is_refused_before_starting(tmp_path):
     with pytest.raises(ValueError, match="setting 4 .* dataset 'ifbench' has no single answer"):
         run_experiment(spec)
     assert not (tmp_path / "results.jsonl").exists()
-    check_votes(RunSpec("tree_9_3_1_homo_dmv", None, "ifbench", 1, parse_settings("3"), 1,
-                        tmp_path))  # without early exit nothing votes
-    check_votes(RunSpec("tree_9_3_1_homo_dmv", None, "gsm8k", 1, parse_settings("4"), 1,
-                        tmp_path))
+    check_votes(
+        RunSpec("tree_9_3_1_homo_dmv", None, "ifbench", 1, parse_settings("3"), 1, tmp_path)
+    )  # without early exit nothing votes
+    check_votes(RunSpec("tree_9_3_1_homo_dmv", None, "gsm8k", 1, parse_settings("4"), 1, tmp_path))
 
 
 def test_cli_run_bad_settings_exit_2(tmp_path):
     from launch.cli import main
 
-    assert main(["run", "--config", "tree_3_1_cpu", "--dataset", "gsm8k", "--settings", "x",
-                 "--out", str(tmp_path)]) == 2
+    assert (
+        main(
+            [
+                "run",
+                "--config",
+                "tree_3_1_cpu",
+                "--dataset",
+                "gsm8k",
+                "--settings",
+                "x",
+                "--out",
+                str(tmp_path),
+            ]
+        )
+        == 2
+    )
     assert not (tmp_path / "results.jsonl").exists()
 
 
 async def test_one_at_a_time_interleaves_settings_per_question(tmp_path):
     calls: list[dict] = []
     runner, url = await start(fake_router(calls))
-    cluster = {"shell_router_url": url, "models": {"m": {"prefill_urls": [url],
-                                                         "decode_urls": []}}}
+    cluster = {"shell_router_url": url, "models": {"m": {"prefill_urls": [url], "decode_urls": []}}}
     spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 2, parse_settings("2,3"), 1, tmp_path)
     try:
         await run_async(spec, cluster)
@@ -148,8 +166,16 @@ async def test_one_at_a_time_interleaves_settings_per_question(tmp_path):
         await runner.cleanup()
     order = [(c["question_id"], c["mode"]) if "mode" in c else "flush" for c in calls]
     q0, q1 = questions[0].id, questions[1].id
-    assert order == ["flush", (q0, "blocking"), "flush", (q0, "pipelined"),
-                     "flush", (q1, "blocking"), "flush", (q1, "pipelined")]
+    assert order == [
+        "flush",
+        (q0, "blocking"),
+        "flush",
+        (q0, "pipelined"),
+        "flush",
+        (q1, "blocking"),
+        "flush",
+        (q1, "pipelined"),
+    ]
 
 
 async def test_a_config_file_elsewhere_is_asked_for_by_its_name(tmp_path):
@@ -174,7 +200,8 @@ async def test_a_config_file_elsewhere_is_asked_for_by_its_name(tmp_path):
         await run_async(spec, cluster)
         assert [c["config"] for c in calls if "mode" in c] == ["tree_3_1_cpu"]
         assert [r.config for r in read_results(tmp_path / "a" / "results.jsonl")] == [
-            "tree_3_1_cpu"]
+            "tree_3_1_cpu"
+        ]
         calls.clear()
         spec = RunSpec(str(edited), None, "gsm8k", 1, parse_settings("2"), 1, tmp_path / "b")
         await run_async(spec, cluster)
@@ -199,13 +226,19 @@ async def test_single_model_baseline_runs_each_model_alone(tmp_path):
         assert all(len(c["config"]["agents"]) == 1 and not c["early_exit"] for c in runs)
         rows = read_results(tmp_path / "results.jsonl")
         assert sorted((r.sample_id, r.single_model) for r in rows) == sorted(
-            (q.id, m) for q in questions[:2] for m in ("qwen3vl-4b", "qwen3vl-8b", "qwen3vl-32b"))
-        assert {r.config for r in rows} == {f"tree_9_3_1_hetero-single-{m}" for m in
-                                            ("qwen3vl-4b", "qwen3vl-8b", "qwen3vl-32b")}
+            (q.id, m) for q in questions[:2] for m in ("qwen3vl-4b", "qwen3vl-8b", "qwen3vl-32b")
+        )
+        assert {r.config for r in rows} == {
+            f"tree_9_3_1_hetero-single-{m}" for m in ("qwen3vl-4b", "qwen3vl-8b", "qwen3vl-32b")
+        }
         assert all(r.setting == 5 and r.correct for r in rows)
         calls.clear()
-        await run_async(RunSpec("tree_9_3_1_hetero", None, "gsm8k", 2, parse_settings("5"), 1,
-                                tmp_path, resume=True), cluster)
+        await run_async(
+            RunSpec(
+                "tree_9_3_1_hetero", None, "gsm8k", 2, parse_settings("5"), 1, tmp_path, resume=True
+            ),
+            cluster,
+        )
         assert not [c for c in calls if "mode" in c]
     finally:
         await runner.cleanup()
@@ -224,13 +257,28 @@ def test_a_run_where_every_sample_failed_still_writes_rows_and_a_summary(tmp_pat
     loop = asyncio.new_event_loop()
     threading.Thread(target=loop.run_forever, daemon=True).start()
     runner, url = asyncio.run_coroutine_threadsafe(
-        start(fake_router(calls, fail_ids=set(answers))), loop).result()
+        start(fake_router(calls, fail_ids=set(answers))), loop
+    ).result()
     (tmp_path / "cluster.json").write_text(json.dumps({"shell_router_url": url, "models": {}}))
     out = tmp_path / "run"
     try:
-        code = main(["run", "--config", "tree_3_1_cpu", "--dataset", "gsm8k", "--num-samples",
-                     "2", "--settings", "2,4", "--out", str(out), "--cluster",
-                     str(tmp_path / "cluster.json")])
+        code = main(
+            [
+                "run",
+                "--config",
+                "tree_3_1_cpu",
+                "--dataset",
+                "gsm8k",
+                "--num-samples",
+                "2",
+                "--settings",
+                "2,4",
+                "--out",
+                str(out),
+                "--cluster",
+                str(tmp_path / "cluster.json"),
+            ]
+        )
     finally:
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result()
         loop.call_soon_threadsafe(loop.stop)
@@ -239,7 +287,8 @@ def test_a_run_where_every_sample_failed_still_writes_rows_and_a_summary(tmp_pat
     summary = json.loads((out / "summary.json").read_text())
     assert [(s["setting"], s["errors"]) for s in summary["settings"]] == [(2, 2), (4, 2)]
     assert summary["settings"][0]["error_messages"] == {
-        "shell router answered 502: precursor leaf_0 failed": 2}
+        "shell router answered 502: precursor leaf_0 failed": 2
+    }
     assert not list(out.glob("*.png"))
     err = capsys.readouterr().err
     assert "4 of 4 rows failed" in err and "--resume" in err and "moa-pd run --config" in err
@@ -250,7 +299,7 @@ def test_single_model_config_keeps_the_prompt_and_the_answer_sampling():
     from router.config_loader import load_config
 
     cfg = load_config("tree_3_1_cpu")
-    (model, single), = single_model_configs(cfg).items()
+    ((model, single),) = single_model_configs(cfg).items()
     assert model == "smollm2" and [a.id for a in single.agents] == ["single"]
     assert single.template_of("single") == cfg.template_of("leaf_0_0")
     assert single.sampling_of("single") == cfg.sampling_of(cfg.final)

@@ -76,12 +76,40 @@ def test_sglang_workers_get_the_longer_health_probe(tmp_path):
 
 
 def test_the_one_router_command_line():
-    argv = router_argv([("http://h:1", 11), ("http://h:2", 12)], ["http://h:3"], "h", 4, "h", 5,
-                       ["--log-level", "warn"], python="py")
-    assert argv == ["py", "-m", "launch.native_router", "--pd-disaggregation",
-                    "--prefill", "http://h:1", "11", "--prefill", "http://h:2", "12",
-                    "--decode", "http://h:3", "--host", "h", "--port", "4",
-                    "--prometheus-host", "h", "--prometheus-port", "5", "--log-level", "warn"]
+    argv = router_argv(
+        [("http://h:1", 11), ("http://h:2", 12)],
+        ["http://h:3"],
+        "h",
+        4,
+        "h",
+        5,
+        ["--log-level", "warn"],
+        python="py",
+    )
+    assert argv == [
+        "py",
+        "-m",
+        "launch.native_router",
+        "--pd-disaggregation",
+        "--prefill",
+        "http://h:1",
+        "11",
+        "--prefill",
+        "http://h:2",
+        "12",
+        "--decode",
+        "http://h:3",
+        "--host",
+        "h",
+        "--port",
+        "4",
+        "--prometheus-host",
+        "h",
+        "--prometheus-port",
+        "5",
+        "--log-level",
+        "warn",
+    ]
 
 
 def fake_hub_cache(root: Path, repo_id: str) -> Path:
@@ -112,8 +140,9 @@ def test_up_fails_before_starting_when_the_embedder_is_missing(tmp_path, monkeyp
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
     cfg, _ = cpu_config(tmp_path)
-    ee = cfg.early_exit.model_copy(update={"enabled": True,
-                                           "embedding_model": "Qwen/Qwen3-Embedding-4B"})
+    ee = cfg.early_exit.model_copy(
+        update={"enabled": True, "embedding_model": "Qwen/Qwen3-Embedding-4B"}
+    )
     stack = Stack([cfg.model_copy(update={"early_exit": ee})], [], "torch", tmp_path)
     with pytest.raises(LaunchError, match="not in the local hub cache"):
         stack.plan()

@@ -28,10 +28,26 @@ def test_microbench_on_sglang_cpu_hits_its_warmups(tmp_path):
     warmed = warm_prefix_lengths(len(prompt), CHUNK)
     assert warmed, "pick a seed whose prompt is longer than one warm-up chunk"
     out = tmp_path / "mb"
-    cmd = [sys.executable, "-c", "import sys; from launch.cli import main; sys.exit(main())",
-           "microbench", "--backend", "sglang", "--out", str(out), "--num-prompts", "1",
-           "--max-len", str(MAX_LEN), "--output-len", "2", "--warm-chunk", str(CHUNK),
-           "--seed", str(SEED)]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from launch.cli import main; sys.exit(main())",
+        "microbench",
+        "--backend",
+        "sglang",
+        "--out",
+        str(out),
+        "--num-prompts",
+        "1",
+        "--max-len",
+        str(MAX_LEN),
+        "--output-len",
+        "2",
+        "--warm-chunk",
+        str(CHUNK),
+        "--seed",
+        str(SEED),
+    ]
     r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=480)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     rows = {row["variant"]: row for row in map(json.loads, (out / "microbench.jsonl").open())}

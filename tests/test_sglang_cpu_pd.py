@@ -59,16 +59,19 @@ def sglang_pd(sglang_nulls, tmp_path_factory):
         stack.down()
 
 
-def test_greedy_through_the_router_equals_the_reference_engine(sglang_pd, sglang_nulls,
-                                                              smollm2_dir):
+def test_greedy_through_the_router_equals_the_reference_engine(
+    sglang_pd, sglang_nulls, smollm2_dir
+):
     stack, cluster = sglang_pd
     logs = {p.spec.name: p.log_path.read_text(errors="replace") for p in stack.procs}
     for role in ("prefill0", "decode0"):
         assert "moa-pd patch warmup_radix_insert applied" in logs[f"smollm2.{role}"]
         assert "NIXL registers the KV pool as DRAM" in logs[f"smollm2.{role}"]
     router = cluster["models"]["smollm2"]["router_url"]
-    got = [greedy(router, ids, priority=P.PRIORITY_CRITICAL)[P.OUTPUT_IDS]
-           for ids in reference_prompts(smollm2_dir)]
+    got = [
+        greedy(router, ids, priority=P.PRIORITY_CRITICAL)[P.OUTPUT_IDS]
+        for ids in reference_prompts(smollm2_dir)
+    ]
     assert got == sglang_nulls.reference_ids()
 
 
@@ -80,8 +83,11 @@ def test_warmup_on_the_prefill_is_hit_through_the_router(sglang_pd, smollm2_dir,
     spec = deployment_cluster(cluster, warmup_verb=verb, priority_scheduling=True)
     meta = router_warmup(spec, prefix, uuid.uuid4().hex)
     assert meta[P.PROMPT_TOKENS] == len(prefix)
-    out = greedy(cluster["models"]["smollm2"]["router_url"],
-                 prefix + tokenize(smollm2_dir, QUESTION), priority=P.PRIORITY_CRITICAL)
+    out = greedy(
+        cluster["models"]["smollm2"]["router_url"],
+        prefix + tokenize(smollm2_dir, QUESTION),
+        priority=P.PRIORITY_CRITICAL,
+    )
     assert out[P.META_INFO][P.CACHED_TOKENS] == len(prefix)
 
 

@@ -56,11 +56,13 @@ def test_patched_launcher_says_so_in_the_log_and_serves_prefill_only(server, smo
     body = r.json()
     assert body[P.RID].startswith(P.WARMUP_RID_PREFIX)
     assert body[P.PROMPT_TOKENS] == len(prefix) and body[P.CACHED_TOKENS] == 0
-    again = requests.post(server.url + P.PREFILL_ONLY_PATH, json={P.INPUT_IDS: prefix},
-                          timeout=60).json()
+    again = requests.post(
+        server.url + P.PREFILL_ONLY_PATH, json={P.INPUT_IDS: prefix}, timeout=60
+    ).json()
     assert again[P.CACHED_TOKENS] == len(prefix) - 1  # SGLang always computes the last token
-    bad = requests.post(server.url + P.PREFILL_ONLY_PATH,
-                        json={P.INPUT_IDS: prefix, P.TEMPERATURE: 0}, timeout=60)
+    bad = requests.post(
+        server.url + P.PREFILL_ONLY_PATH, json={P.INPUT_IDS: prefix, P.TEMPERATURE: 0}, timeout=60
+    )
     assert bad.status_code == 400 and "temperature" in bad.text
 
 

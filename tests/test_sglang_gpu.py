@@ -100,26 +100,42 @@ def model_dir() -> str:
 def pair(gpus, model_dir, tmp_path_factory):
     log_dir = tmp_path_factory.mktemp("gpu-pair")
     spec = PDPairSpec(
-        model_path=model_dir, prefill_port=free_port(), decode_port=free_port(),
-        router_port=free_port(), router_metrics_port=free_port(), bootstrap_port=free_port(),
-        decode_gpu=1 if gpus > 1 else 0, mem_fraction_static=0.8 if gpus > 1 else 0.35,
-        prefill_args=DETERMINISTIC, decode_args=DETERMINISTIC,
+        model_path=model_dir,
+        prefill_port=free_port(),
+        decode_port=free_port(),
+        router_port=free_port(),
+        router_metrics_port=free_port(),
+        bootstrap_port=free_port(),
+        decode_gpu=1 if gpus > 1 else 0,
+        mem_fraction_static=0.8 if gpus > 1 else 0.35,
+        prefill_args=DETERMINISTIC,
+        decode_args=DETERMINISTIC,
     )
     cmds = pd_pair_commands(spec)
     started = []
     try:
-        workers = [start(ProcSpec(r, cmds[r], spec.url(r) + "/health"), log_dir)
-                   for r in ("prefill", "decode")]
+        workers = [
+            start(ProcSpec(r, cmds[r], spec.url(r) + "/health"), log_dir)
+            for r in ("prefill", "decode")
+        ]
         started += workers
         wait_healthy(workers, 900)
         router = start(ProcSpec("router", cmds["router"], spec.url("router") + "/health"), log_dir)
         started.append(router)
         wait_healthy([router], 300)
         greedy(spec.url("router"), [1, 2, 3], 1)
-        cluster = {"models": {"m": {
-            "router_url": spec.url("router"), "prefill_urls": [spec.url("prefill")],
-            "decode_urls": [spec.url("decode")], "bootstrap_ports": [spec.bootstrap_port],
-            "model_path": model_dir, "tokenizer_path": model_dir}}}
+        cluster = {
+            "models": {
+                "m": {
+                    "router_url": spec.url("router"),
+                    "prefill_urls": [spec.url("prefill")],
+                    "decode_urls": [spec.url("decode")],
+                    "bootstrap_ports": [spec.bootstrap_port],
+                    "model_path": model_dir,
+                    "tokenizer_path": model_dir,
+                }
+            }
+        }
         yield spec, started, cluster
     finally:
         for proc in reversed(started):
@@ -160,8 +176,11 @@ def test_warmup_is_hit_through_the_router(pair):
 
 
 def ttft(url: str, input_ids: list[int]) -> float:
-    body = {P.INPUT_IDS: input_ids, P.STREAM: True,
-            P.SAMPLING_PARAMS: {P.MAX_NEW_TOKENS: 4, P.TEMPERATURE: 0}}
+    body = {
+        P.INPUT_IDS: input_ids,
+        P.STREAM: True,
+        P.SAMPLING_PARAMS: {P.MAX_NEW_TOKENS: 4, P.TEMPERATURE: 0},
+    }
     t0 = time.perf_counter()
     with requests.post(url + "/generate", json=body, stream=True, timeout=300) as r:
         assert r.status_code == 200, r.text
@@ -190,16 +209,20 @@ def test_ttft_with_and_without_warmups(pair, record_property):
 async def test_pipelined_equals_blocking(pair):
     spec, _, cluster = pair
     cfg = tree_config("tree_3_1_cpu", max_new_tokens=16)
-    cfg = cfg.model_copy(update={
-        "models": {"m": cfg.models["smollm2"]},
-        "agents": [a.model_copy(update={"model": "m"}) for a in cfg.agents]})
+    cfg = cfg.model_copy(
+        update={
+            "models": {"m": cfg.models["smollm2"]},
+            "agents": [a.model_copy(update={"model": "m"}) for a in cfg.agents],
+        }
+    )
     urls = [spec.url("prefill"), spec.url("decode")]
     async with RouterContext.open(deployment_cluster(cluster)) as ctx:
         flush(*urls)
         piped = await Session(ctx, cfg, "What is 7 times 8?", "pipelined").run_all()
         orders = {a: t["slot_order"] for a, t in piped.trace.items() if t["slot_order"]}
         flush(*urls)
-        blocked = await Session(ctx, cfg, "What is 7 times 8?", "blocking",
-                                slot_orders=orders).run_all()
+        blocked = await Session(
+            ctx, cfg, "What is 7 times 8?", "blocking", slot_orders=orders
+        ).run_all()
     for agent, t in piped.trace.items():
         assert t["output_ids"] and t["output_ids"] == blocked.trace[agent]["output_ids"], agent

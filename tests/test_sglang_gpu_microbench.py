@@ -27,10 +27,30 @@ def test_microbench_on_sglang_gpus_hits_its_warmups(gpus, model_dir, tmp_path): 
     if gpus < 2:
         pytest.skip(f"needs 2 GPUs for a PD pair (found {gpus})")
     out = tmp_path / "mb"
-    cmd = [sys.executable, "-c", "import sys; from launch.cli import main; sys.exit(main())",
-           "microbench", "--backend", "sglang", "--model-path", model_dir, "--out", str(out),
-           "--num-prompts", str(PROMPTS), "--max-len", str(MAX_LEN), "--output-len", "8",
-           "--warm-chunk", str(CHUNK), "--seed", str(SEED), "--variants", variants]
+    cmd = [
+        sys.executable,
+        "-c",
+        "import sys; from launch.cli import main; sys.exit(main())",
+        "microbench",
+        "--backend",
+        "sglang",
+        "--model-path",
+        model_dir,
+        "--out",
+        str(out),
+        "--num-prompts",
+        str(PROMPTS),
+        "--max-len",
+        str(MAX_LEN),
+        "--output-len",
+        "8",
+        "--warm-chunk",
+        str(CHUNK),
+        "--seed",
+        str(SEED),
+        "--variants",
+        variants,
+    ]
     r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
     rows = [json.loads(line) for line in (out / "microbench.jsonl").open()]

@@ -33,15 +33,21 @@ pytestmark = pytest.mark.slow
 
 def _moa_pd(*argv: str, log: Path) -> subprocess.Popen:
     with open(log, "wb") as out:
-        return subprocess.Popen([sys.executable, "-m", "launch.cli", *argv], stdout=out,
-                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.Popen(
+            [sys.executable, "-m", "launch.cli", *argv],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+        )
 
 
 def _until(pred, what: str, proc: subprocess.Popen, log: Path, timeout: float = 180.0) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
-        assert proc.poll() is None, f"moa-pd exited ({proc.returncode}) before {what}:\n" \
-                                    f"{log.read_text(errors='replace')[-3000:]}"
+        assert proc.poll() is None, (
+            f"moa-pd exited ({proc.returncode}) before {what}:\n"
+            f"{log.read_text(errors='replace')[-3000:]}"
+        )
         assert time.monotonic() < deadline, f"no {what} after {timeout} s"
         time.sleep(0.05)
 
@@ -80,8 +86,19 @@ def _stopped_run(config: str, sig: signal.Signals, tmp_path: Path) -> list[str]:
     """`moa-pd run` with its own deployment, stopped by sig after its first row. Returns its
     argv (to resume it)."""
     out = tmp_path / f"run_{sig.name}"
-    argv = ["run", "--config", config, "--dataset", "gsm8k", "--num-samples", "2",
-            "--settings", "2,3", "--out", str(out)]
+    argv = [
+        "run",
+        "--config",
+        config,
+        "--dataset",
+        "gsm8k",
+        "--num-samples",
+        "2",
+        "--settings",
+        "2,3",
+        "--out",
+        str(out),
+    ]
     log = tmp_path / f"run_{sig.name}.log"
     run = _moa_pd(*argv, log=log)
     _until(lambda: _rows(out / "results.jsonl") >= 1, "first row", run, log)
@@ -103,7 +120,9 @@ def _resumed(argv: list[str], cluster: Path) -> None:
     assert all(r.ok for r in rows)
     summary = json.loads((out / "summary.json").read_text())
     assert [(s["setting"], s["n"], s["errors"]) for s in summary["settings"]] == [
-        (2, 2, 0), (3, 2, 0)]
+        (2, 2, 0),
+        (3, 2, 0),
+    ]
 
 
 def test_sigterm_and_sigint_stop_foreground_run_and_up_clean(tmp_path, monkeypatch):

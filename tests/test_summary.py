@@ -15,15 +15,36 @@ from experiments.summary_table import build_table
 
 
 def _agent(model, precursors=(), killed=False, warmups=0, prompt=0, cached=0):
-    return {"model": model, "output_ids": [1], "text": "x", "start_s": 0.0, "first_token_s": 0.1,
-            "end_s": 1.0, "warmups": warmups, "prompt_tokens": prompt, "cached_tokens": cached,
-            "slot_order": list(precursors), "killed": killed}
+    return {
+        "model": model,
+        "output_ids": [1],
+        "text": "x",
+        "start_s": 0.0,
+        "first_token_s": 0.1,
+        "end_s": 1.0,
+        "warmups": warmups,
+        "prompt_tokens": prompt,
+        "cached_tokens": cached,
+        "slot_order": list(precursors),
+        "killed": killed,
+    }
 
 
 def _row(sid, setting, e2e, correct=True, agents=None, ee=(), error=None):
-    return validate_row({"sample_id": sid, "dataset": "toy", "setting": setting, "answer": "1",
-                         "gold": "1", "correct": correct, "e2e_s": e2e, "agents": agents or {},
-                         "early_exit": list(ee), "error": error})
+    return validate_row(
+        {
+            "sample_id": sid,
+            "dataset": "toy",
+            "setting": setting,
+            "answer": "1",
+            "gold": "1",
+            "correct": correct,
+            "e2e_s": e2e,
+            "agents": agents or {},
+            "early_exit": list(ee),
+            "error": error,
+        }
+    )
 
 
 def _by_setting(rows):
@@ -31,9 +52,15 @@ def _by_setting(rows):
 
 
 def test_latency_normalization_reports_ratio_median_and_ratio_of_means():
-    rows = [_row("a", 1, 10.0), _row("b", 1, 20.0), _row("c", 1, 40.0),
-            _row("a", 2, 5.0, correct=False), _row("b", 2, 5.0, correct=None), _row("c", 2, 10.0),
-            _row("d", 2, 99.0, error="worker died", correct=None)]
+    rows = [
+        _row("a", 1, 10.0),
+        _row("b", 1, 20.0),
+        _row("c", 1, 40.0),
+        _row("a", 2, 5.0, correct=False),
+        _row("b", 2, 5.0, correct=None),
+        _row("c", 2, 10.0),
+        _row("d", 2, 99.0, error="worker died", correct=None),
+    ]
     s = _by_setting(rows)
     two = s[2]
     assert (two.n, two.errors, two.graded) == (4, 1, 2)
@@ -47,12 +74,25 @@ def test_latency_normalization_reports_ratio_median_and_ratio_of_means():
 
 
 def test_activation_ee_overhead_warmups_and_cached_ratio():
-    tree = {"p0": _agent("small"), "p1": _agent("small", killed=True), "p2": _agent("big"),
-            "agg": _agent("big", ["p0", "p2"], warmups=3, prompt=200, cached=150)}
-    ee = [{"cluster": "agg", "completed": ["p0", "p2"], "exited": True, "killed": ["p1"],
-           "seconds": 0.25}]
-    rows = [_row("a", 4, 5.0, agents=tree, ee=ee),
-            _row("b", 4, 5.0, agents={**tree, "p1": _agent("small")}, ee=ee)]
+    tree = {
+        "p0": _agent("small"),
+        "p1": _agent("small", killed=True),
+        "p2": _agent("big"),
+        "agg": _agent("big", ["p0", "p2"], warmups=3, prompt=200, cached=150),
+    }
+    ee = [
+        {
+            "cluster": "agg",
+            "completed": ["p0", "p2"],
+            "exited": True,
+            "killed": ["p1"],
+            "seconds": 0.25,
+        }
+    ]
+    rows = [
+        _row("a", 4, 5.0, agents=tree, ee=ee),
+        _row("b", 4, 5.0, agents={**tree, "p1": _agent("small")}, ee=ee),
+    ]
     four = _by_setting(rows)[4]
     # small: 3 of 4 planned runs not killed; big: every run.
     assert four.activation_pct == {"small": 75.0, "big": 100.0}
@@ -65,11 +105,20 @@ def test_activation_ee_overhead_warmups_and_cached_ratio():
 
 def test_exit_rate_leaves_moot_exits_out_and_critical_share_counts_exits_only():
     def d(q, exited=False, moot=False, wall=0.1):
-        return {"cluster": "agg", "q": q, "exited": exited, "moot": moot,
-                "killed": ["p1"] if exited else [], "seconds": 0.05, "wall_s": wall}
+        return {
+            "cluster": "agg",
+            "q": q,
+            "exited": exited,
+            "moot": moot,
+            "killed": ["p1"] if exited else [],
+            "seconds": 0.05,
+            "wall_s": wall,
+        }
 
-    rows = [_row("a", 4, 10.0, ee=[d(None), d(0.9, exited=True, wall=0.2)]),
-            _row("b", 4, 10.0, ee=[d(0.5), d(0.9, moot=True, wall=0.3), d(0.4)])]
+    rows = [
+        _row("a", 4, 10.0, ee=[d(None), d(0.9, exited=True, wall=0.2)]),
+        _row("b", 4, 10.0, ee=[d(0.5), d(0.9, moot=True, wall=0.3), d(0.4)]),
+    ]
     four = _by_setting(rows)[4]
     # Drawn, moot left out: 3 decisions, 1 exit; the moot one counted apart.
     assert four.ee_exit_rate == pytest.approx(1 / 3) and four.ee_moot == 1

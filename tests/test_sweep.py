@@ -14,9 +14,15 @@ from router.config_loader import ConfigError, load_config
 
 
 def _spec(tmp_path, **kw):
-    raw = {"configs": ["tree_9_3_1_cpu"], "dense_config": "all_to_all_9_9_1_cpu",
-           "datasets": ["gsm8k", "math500"], "settings": [1, 2, 4], "num_samples": 4,
-           "out": str(tmp_path / "sweep"), **kw}
+    raw = {
+        "configs": ["tree_9_3_1_cpu"],
+        "dense_config": "all_to_all_9_9_1_cpu",
+        "datasets": ["gsm8k", "math500"],
+        "settings": [1, 2, 4],
+        "num_samples": 4,
+        "out": str(tmp_path / "sweep"),
+        **kw,
+    }
     return spec_from_dict(raw, "spec.json")
 
 
@@ -31,19 +37,23 @@ class FakeRunner:
         if self.fail_on and self.fail_on in str(job.out_dir):
             raise RuntimeError("worker died during start-up")
         writer = ResultsWriter(job.out_dir / "results.jsonl")
-        for row in make_rows(datasets=(job.dataset,), settings=tuple(job.settings),
-                             n=job.num_samples):
+        for row in make_rows(
+            datasets=(job.dataset,), settings=tuple(job.settings), n=job.num_samples
+        ):
             writer.append(row)
 
 
-@pytest.mark.parametrize("raw, where, message", [
-    ({"confgs": ["x"]}, "confgs", "did you mean 'configs'"),
-    ({"settings": [1, 6]}, "settings", "numbers 1-5"),
-    ({"chunk_policies": ["adaptive", "fixed:0"]}, "chunk_policies", "fixed:N"),
-    ({"dense_config": None}, "$", "needs 'dense_config'"),
-    ({"concurrency": 0}, "concurrency", "greater than 0"),
-    ({"cluster": "c.json", "chunk_policies": ["fixed:8"]}, "$", "fresh deployment"),
-])
+@pytest.mark.parametrize(
+    "raw, where, message",
+    [
+        ({"confgs": ["x"]}, "confgs", "did you mean 'configs'"),
+        ({"settings": [1, 6]}, "settings", "numbers 1-5"),
+        ({"chunk_policies": ["adaptive", "fixed:0"]}, "chunk_policies", "fixed:N"),
+        ({"dense_config": None}, "$", "needs 'dense_config'"),
+        ({"concurrency": 0}, "concurrency", "greater than 0"),
+        ({"cluster": "c.json", "chunk_policies": ["fixed:8"]}, "$", "fresh deployment"),
+    ],
+)
 def test_spec_errors_name_the_json_path(tmp_path, raw, where, message):
     with pytest.raises(ConfigError) as e:
         _spec(tmp_path, **raw)
@@ -54,7 +64,7 @@ def test_missing_key_and_bad_json(tmp_path):
     with pytest.raises(ConfigError, match="required key 'datasets'"):
         spec_from_dict({"configs": ["a"], "out": "o", "settings": [2]})
     bad = tmp_path / "spec.json"
-    bad.write_text("{\"configs\": [")
+    bad.write_text('{"configs": [')
     with pytest.raises(ConfigError, match="invalid JSON at line 1"):
         sweep.load_spec(bad)
 
@@ -67,23 +77,36 @@ def test_sweep_runs_every_combination_and_writes_one_csv(tmp_path):
     fixed = [j for j in runner.jobs if j.chunk_policy == "fixed:16"]
     cfg = load_config(fixed[0].config)  # a validated copy with the policy written in
     assert (cfg.incremental_prefill.chunk_policy, cfg.incremental_prefill.chunk_tokens) == (
-        "fixed", 16)
+        "fixed",
+        16,
+    )
     assert fixed[0].config.endswith("configs/tree_9_3_1_cpu.json")
     with open(tmp_path / "sweep" / "sweep.csv") as f:
         table = list(csv.DictReader(f))
     assert len(table) == len(rows) == 4 * 3  # one row per (run, setting)
     assert {(r["dataset"], r["chunk_policy"], r["setting"]) for r in table} == {
-        (d, p, s) for d in ("gsm8k", "math500") for p in ("config", "fixed:16")
-        for s in ("1", "2", "4")}
+        (d, p, s)
+        for d in ("gsm8k", "math500")
+        for p in ("config", "fixed:16")
+        for s in ("1", "2", "4")
+    }
     four = next(r for r in table if r["setting"] == "4")
     assert float(four["latency_vs_1_median"]) < 0.3 and "qwen-4b=" in four["activation_pct"]
 
 
 def test_a_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
     spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps({"configs": ["tree_9_3_1_cpu"], "datasets": ["gsm8k",
-                                     "math500"], "settings": [2, 3], "num_samples": 3,
-                                     "out": str(tmp_path / "out")}))
+    spec_path.write_text(
+        json.dumps(
+            {
+                "configs": ["tree_9_3_1_cpu"],
+                "datasets": ["gsm8k", "math500"],
+                "settings": [2, 3],
+                "num_samples": 3,
+                "out": str(tmp_path / "out"),
+            }
+        )
+    )
     runner = FakeRunner(fail_on="math500")
     parser_args = type("A", (), {"spec": str(spec_path), "resume": True, "fail_fast": False})
     assert sweep.main(parser_args, runner=runner) == 1
@@ -94,15 +117,22 @@ def test_a_failed_run_is_recorded_and_the_sweep_goes_on(tmp_path, capsys):
         table = list(csv.DictReader(f))
     assert [r["status"] for r in table] == ["ok", "ok", "error: worker died during start-up"]
     with pytest.raises(RuntimeError):
-        sweep.run_sweep(sweep.load_spec(spec_path), FakeRunner(fail_on="math500"),
-                        fail_fast=True)
+        sweep.run_sweep(sweep.load_spec(spec_path), FakeRunner(fail_on="math500"), fail_fast=True)
 
 
 def test_cli_wires_the_sweep_subcommand(tmp_path, capsys):
     from launch.cli import main as cli_main
 
     spec_path = tmp_path / "spec.json"
-    spec_path.write_text(json.dumps({"configs": ["tree_9_3_1_cpu"], "datasets": ["gsm8k"],
-                                     "out": str(tmp_path), "setings": [2]}))
+    spec_path.write_text(
+        json.dumps(
+            {
+                "configs": ["tree_9_3_1_cpu"],
+                "datasets": ["gsm8k"],
+                "out": str(tmp_path),
+                "setings": [2],
+            }
+        )
+    )
     assert cli_main(["sweep", str(spec_path)]) == 2
     assert "unknown key 'setings'; did you mean 'settings'" in capsys.readouterr().err

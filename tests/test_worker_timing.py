@@ -19,10 +19,17 @@ from sglang_ext.engine.time_stats import ReqTimeStats
 
 
 def test_meta_info_turns_stamps_into_unix_times_and_spans():
-    ts = ReqTimeStats(created_time=10.0, api_server_dispatch_finish_time=10.1,
-                      wait_queue_entry_time=10.5, forward_entry_time=11.0,
-                      prefill_run_batch_start_time=11.5, prefill_run_batch_end_time=11.75,
-                      prefill_finished_time=11.75, first_token_time=12.0, finished_time=14.0)
+    ts = ReqTimeStats(
+        created_time=10.0,
+        api_server_dispatch_finish_time=10.1,
+        wait_queue_entry_time=10.5,
+        forward_entry_time=11.0,
+        prefill_run_batch_start_time=11.5,
+        prefill_run_batch_end_time=11.75,
+        prefill_finished_time=11.75,
+        first_token_time=12.0,
+        finished_time=14.0,
+    )
     m = ts.scheduler_meta()
     assert m[P.QUEUE_TIME] == pytest.approx(0.5)
     assert m[P.PREFILL_FINISHED_TIME] - m[P.FORWARD_ENTRY_TIME] == pytest.approx(0.75)
@@ -38,10 +45,14 @@ def test_meta_info_turns_stamps_into_unix_times_and_spans():
     assert P.FORWARD_ENTRY_TIME not in empty.scheduler_meta() and empty.finished_meta(0) == {}
     # The router copies them into the agent's trace, by the worker that reported them.
     assert worker_timing({**m, P.META_ID: "x"}, f) == {
-        **{f"prefill.{k}": m[k] for k in (P.QUEUE_TIME, P.FORWARD_ENTRY_TIME,
-                                          P.PREFILL_FINISHED_TIME)},
-        **{f"decode.{k}": f[k] for k in (P.REQUEST_RECEIVED_TS, P.REQUEST_FINISHED_TS,
-                                         P.INFERENCE_TIME)},
+        **{
+            f"prefill.{k}": m[k]
+            for k in (P.QUEUE_TIME, P.FORWARD_ENTRY_TIME, P.PREFILL_FINISHED_TIME)
+        },
+        **{
+            f"decode.{k}": f[k]
+            for k in (P.REQUEST_RECEIVED_TS, P.REQUEST_FINISHED_TS, P.INFERENCE_TIME)
+        },
     }
 
 
@@ -55,9 +66,15 @@ def test_engine_stamps_a_request_in_order():
     while not col.done.is_set():
         eng.step()
     t = req.time_stats
-    order = [t.created_time, t.api_server_dispatch_finish_time, t.wait_queue_entry_time,
-             t.forward_entry_time, t.prefill_run_batch_start_time, t.prefill_finished_time,
-             t.completion_time]
+    order = [
+        t.created_time,
+        t.api_server_dispatch_finish_time,
+        t.wait_queue_entry_time,
+        t.forward_entry_time,
+        t.prefill_run_batch_start_time,
+        t.prefill_finished_time,
+        t.completion_time,
+    ]
     assert all(x > 0 for x in order) and order == sorted(order)
 
 
@@ -83,17 +100,31 @@ def test_null_and_pd_workers_report_sglang_timings(stack):
     body = {P.INPUT_IDS: _ids(1, 40), P.SAMPLING_PARAMS: {"max_new_tokens": 4, "temperature": 0}}
     m = _post(stack.null.url, body)
     assert set(P.WORKER_TIMING_KEYS) <= set(m)
-    _in_order(m, P.REQUEST_RECEIVED_TS, P.FORWARD_ENTRY_TIME, P.PREFILL_FINISHED_TIME,
-              P.REQUEST_FINISHED_TS)
+    _in_order(
+        m,
+        P.REQUEST_RECEIVED_TS,
+        P.FORWARD_ENTRY_TIME,
+        P.PREFILL_FINISHED_TIME,
+        P.REQUEST_FINISHED_TS,
+    )
     assert 0 <= m[P.QUEUE_TIME] < m[P.REQUEST_FINISHED_TS] - m[P.REQUEST_RECEIVED_TS]
     # One PD request dispatched to both halves, as the shell router does for a successor.
-    pd = {**body, P.INPUT_IDS: _ids(2, 40), P.BOOTSTRAP_HOST: "127.0.0.1",
-          P.BOOTSTRAP_PORT: stack.prefill.bootstrap_port,
-          P.BOOTSTRAP_ROOM: P.new_bootstrap_room()}
+    pd = {
+        **body,
+        P.INPUT_IDS: _ids(2, 40),
+        P.BOOTSTRAP_HOST: "127.0.0.1",
+        P.BOOTSTRAP_PORT: stack.prefill.bootstrap_port,
+        P.BOOTSTRAP_ROOM: P.new_bootstrap_room(),
+    }
     with concurrent.futures.ThreadPoolExecutor(2) as ex:
         pre, dec = ex.map(lambda url: _post(url, pd), (stack.prefill.url, stack.decode.url))
-    _in_order(pre, P.REQUEST_RECEIVED_TS, P.FORWARD_ENTRY_TIME, P.PREFILL_FINISHED_TIME,
-              P.REQUEST_FINISHED_TS)
+    _in_order(
+        pre,
+        P.REQUEST_RECEIVED_TS,
+        P.FORWARD_ENTRY_TIME,
+        P.PREFILL_FINISHED_TIME,
+        P.REQUEST_FINISHED_TS,
+    )
     # Decode starts on the transferred KV: its first forward comes after prefill's ended.
     _in_order(dec, P.REQUEST_RECEIVED_TS, P.FORWARD_ENTRY_TIME, P.REQUEST_FINISHED_TS)
     assert pre[P.PREFILL_FINISHED_TIME] <= dec[P.FORWARD_ENTRY_TIME]

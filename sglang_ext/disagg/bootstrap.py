@@ -94,16 +94,20 @@ class BootstrapServer:
         if rank == group == pp_rank == -1:  # SGLang's "tell me the prefill layout" query
             if not self.sizes:
                 return _error("no prefill rank has registered yet", 404)
-            return web.json_response({
-                "prefill_attn_tp_size": self.sizes["attn_tp_size"],
-                "prefill_dp_size": self.sizes["attn_dp_size"],
-                "prefill_pp_size": self.sizes["pp_size"],
-            })
+            return web.json_response(
+                {
+                    "prefill_attn_tp_size": self.sizes["attn_tp_size"],
+                    "prefill_dp_size": self.sizes["attn_dp_size"],
+                    "prefill_pp_size": self.sizes["pp_size"],
+                }
+            )
         entry = self.prefill_port_table.get(group, {}).get(rank, {}).get(pp_rank)
         if entry is None:
             return _error(
                 f"no prefill rank registered for engine_rank={rank} target_dp_group={group} "
-                f"target_pp_rank={pp_rank}", 404)
+                f"target_pp_rank={pp_rank}",
+                404,
+            )
         return web.json_response(entry)
 
     def _stop_loop(self) -> None:
@@ -121,15 +125,23 @@ async def put_route(session: aiohttp.ClientSession, bootstrap_addr: str, entry: 
     """Register one prefill rank (`entry` holds rank_ip, rank_port and the sizes/ranks)."""
     async with session.put(f"http://{bootstrap_addr}/route", json=entry) as resp:
         if resp.status != 200:
-            raise RuntimeError(f"PUT http://{bootstrap_addr}/route -> {resp.status}: "
-                               f"{await resp.text()}")
+            raise RuntimeError(
+                f"PUT http://{bootstrap_addr}/route -> {resp.status}: {await resp.text()}"
+            )
 
 
-async def get_route(session: aiohttp.ClientSession, bootstrap_addr: str, engine_rank: int = 0,
-                    dp_group: int = 0, pp_rank: int = 0) -> dict:
+async def get_route(
+    session: aiohttp.ClientSession,
+    bootstrap_addr: str,
+    engine_rank: int = 0,
+    dp_group: int = 0,
+    pp_rank: int = 0,
+) -> dict:
     """Look up a prefill rank: {"rank_ip", "rank_port", ...}; raises on any failure."""
-    url = (f"http://{bootstrap_addr}/route?engine_rank={engine_rank}"
-           f"&target_dp_group={dp_group}&target_pp_rank={pp_rank}")
+    url = (
+        f"http://{bootstrap_addr}/route?engine_rank={engine_rank}"
+        f"&target_dp_group={dp_group}&target_pp_rank={pp_rank}"
+    )
     async with session.get(url) as resp:
         if resp.status != 200:
             raise RuntimeError(f"GET {url} -> {resp.status}: {await resp.text()}")

@@ -69,9 +69,13 @@ class ControlListener:
     for (the release of a WRITE in flight) before answering, or None.
     """
 
-    def __init__(self, loop: LoopThread, host: str,
-                 on_destination: Callable[[Destination], str | None],
-                 on_abort: Callable[[int], threading.Event | None]) -> None:
+    def __init__(
+        self,
+        loop: LoopThread,
+        host: str,
+        on_destination: Callable[[Destination], str | None],
+        on_abort: Callable[[int], threading.Event | None],
+    ) -> None:
         self._loop = loop
         self._on_destination = on_destination
         self._on_abort = on_abort
@@ -101,8 +105,9 @@ class ControlListener:
         try:
             room = int((await request.json())[BOOTSTRAP_ROOM])
         except (ValueError, KeyError, TypeError) as e:
-            return web.json_response(error_body(f"POST /kv_abort needs {BOOTSTRAP_ROOM}: {e!r}", 400),
-                                     status=400)
+            return web.json_response(
+                error_body(f"POST /kv_abort needs {BOOTSTRAP_ROOM}: {e!r}", 400), status=400
+            )
         released = self._on_abort(room)
         if released is not None:  # answer once no byte of the room's WRITE can still land
             loop = asyncio.get_running_loop()
@@ -118,12 +123,14 @@ class ControlListener:
 async def post_destination(session: aiohttp.ClientSession, url: str, dest: Destination) -> None:
     async with session.post(f"{url}/kv_dest", json=dest.to_json()) as resp:
         if resp.status != 200:
-            raise ControlError(f"POST {url}/kv_dest -> {resp.status}: {await resp.text()}",
-                               resp.status)
+            raise ControlError(
+                f"POST {url}/kv_dest -> {resp.status}: {await resp.text()}", resp.status
+            )
 
 
 async def post_abort(session: aiohttp.ClientSession, url: str, room: int) -> None:
     async with session.post(f"{url}/kv_abort", json={BOOTSTRAP_ROOM: room}) as resp:
         if resp.status != 200:
-            raise ControlError(f"POST {url}/kv_abort -> {resp.status}: {await resp.text()}",
-                               resp.status)
+            raise ControlError(
+                f"POST {url}/kv_abort -> {resp.status}: {await resp.text()}", resp.status
+            )

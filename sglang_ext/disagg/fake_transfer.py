@@ -36,8 +36,9 @@ class FakeKVSender:
 class FakeKVReceiver:
     """Success right after init(); aux() returns what the test gave it."""
 
-    def __init__(self, mgr: object, bootstrap_addr: str, bootstrap_room: int,
-                 aux: dict | None = None) -> None:
+    def __init__(
+        self, mgr: object, bootstrap_addr: str, bootstrap_room: int, aux: dict | None = None
+    ) -> None:
         self.mgr = mgr
         self.bootstrap_addr = bootstrap_addr
         self.room = bootstrap_room

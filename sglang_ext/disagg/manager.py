@@ -47,10 +47,18 @@ def _timeout(explicit: float | None, env: str) -> float:
 
 
 class KVManager:
-    def __init__(self, mode: Literal["prefill", "decode"], kv_buffer: torch.Tensor, *, host: str,
-                 bootstrap_port: int | None, page_size: int, backend: str = "nixl",
-                 bootstrap_timeout: float | None = None,
-                 waiting_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        mode: Literal["prefill", "decode"],
+        kv_buffer: torch.Tensor,
+        *,
+        host: str,
+        bootstrap_port: int | None,
+        page_size: int,
+        backend: str = "nixl",
+        bootstrap_timeout: float | None = None,
+        waiting_timeout: float | None = None,
+    ) -> None:
         """bootstrap_port: prefill serves its BootstrapServer there (None: a free port, read it
         from .bootstrap_port); decode only keeps it, as SGLang's default prefill port.
         Timeouts default to SGLang's env vars SGLANG_DISAGGREGATION_{BOOTSTRAP,WAITING}_TIMEOUT,
@@ -63,7 +71,9 @@ class KVManager:
             raise ValueError(f"page_size must be >= 1, got {page_size}")
         check_kv_buffer(kv_buffer)
         self.mode, self.kv_buffer, self.host, self.page_size = mode, kv_buffer, host, page_size
-        self.bootstrap_timeout = _timeout(bootstrap_timeout, "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT")
+        self.bootstrap_timeout = _timeout(
+            bootstrap_timeout, "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"
+        )
         self.waiting_timeout = _timeout(waiting_timeout, "SGLANG_DISAGGREGATION_WAITING_TIMEOUT")
         # Guards the tables below and the state of every KVSender/KVReceiver of this manager.
         self.lock = threading.Lock()
@@ -71,7 +81,9 @@ class KVManager:
         self.senders: dict[int, KVSender] = {}
         self.receivers: dict[int, KVReceiver] = {}
         self._pending: dict[int, tuple[Destination, float]] = {}  # destination before its sender
-        self._tombstones: dict[int, float] = {}  # aborted rooms -> expiry; late destinations refused
+        self._tombstones: dict[
+            int, float
+        ] = {}  # aborted rooms -> expiry; late destinations refused
         self._routes: dict[str, str] = {}  # decode: bootstrap addr -> prefill control URL
         self.backend = make_backend(backend, f"{mode}-{uuid.uuid4().hex[:12]}", kv_buffer, host)
         self.loop = LoopThread(f"kv-{mode}")
@@ -95,17 +107,28 @@ class KVManager:
 
     def _start_prefill(self, bootstrap_port: int) -> None:
         self.xfer = TransferWorker(self.backend, "kv-xfer")
-        self.control = ControlListener(self.loop, self.host, self._on_destination,
-                                       self._on_decode_abort)
+        self.control = ControlListener(
+            self.loop, self.host, self._on_destination, self._on_decode_abort
+        )
         self.bootstrap_server = BootstrapServer(self.host, bootstrap_port, loop=self.loop)
         self.bootstrap_port = self.bootstrap_server.port
         local = self.host not in _WILDCARD_HOSTS
         rank_ip = os.environ.get("SGLANG_HOST_IP") or (
-            self.host if local else socket.gethostbyname(socket.gethostname()))
-        entry = {"role": "Prefill", "rank_ip": rank_ip, "rank_port": self.control.port,
-                 "attn_tp_size": 1, "attn_tp_rank": 0, "attn_dp_size": 1, "attn_dp_rank": 0,
-                 "pp_size": 1, "pp_rank": 0, "agent_name": self.backend.name,
-                 "page_size": self.page_size}
+            self.host if local else socket.gethostbyname(socket.gethostname())
+        )
+        entry = {
+            "role": "Prefill",
+            "rank_ip": rank_ip,
+            "rank_port": self.control.port,
+            "attn_tp_size": 1,
+            "attn_tp_rank": 0,
+            "attn_dp_size": 1,
+            "attn_dp_rank": 0,
+            "pp_size": 1,
+            "pp_rank": 0,
+            "agent_name": self.backend.name,
+            "page_size": self.page_size,
+        }
         own = f"{self.host if local else '127.0.0.1'}:{self.bootstrap_port}"
         self.loop.run(put_route(self.session, own, entry), timeout=10)
 

@@ -77,8 +77,9 @@ class NixlBackend(TransferBackend):
         self._agent.create_backend(plugin, {str(k): str(v) for k, v in params.items()})
         self._kv_buffer = kv_buffer  # keep the registered memory alive as long as the agent
         nbytes = kv_buffer.numel() * kv_buffer.element_size()
-        self._reg = self._agent.register_memory([(kv_buffer.data_ptr(), nbytes, _DEV_ID, "")],
-                                                "DRAM")
+        self._reg = self._agent.register_memory(
+            [(kv_buffer.data_ptr(), nbytes, _DEV_ID, "")], "DRAM"
+        )
         self._peers: set[str] = set()
         self._stash: list[bytes] = []  # notifications received while progressing a send_notif
 
@@ -100,8 +101,12 @@ class NixlBackend(TransferBackend):
         local, remote = _descs(src), _descs(dst)
         with self._lock:
             handle = self._agent.initialize_xfer(
-                "WRITE", self._agent.get_xfer_descs(local, "DRAM"),
-                self._agent.get_xfer_descs(remote, "DRAM"), peer, notif)
+                "WRITE",
+                self._agent.get_xfer_descs(local, "DRAM"),
+                self._agent.get_xfer_descs(remote, "DRAM"),
+                peer,
+                notif,
+            )
             state = self._agent.transfer(handle)
         if state == "ERR":
             self.release(handle)

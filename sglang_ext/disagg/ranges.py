@@ -67,7 +67,10 @@ def check_ranges_within(ranges: list[Range], kv_buffer: torch.Tensor, side: str)
     if not ranges:
         raise ValueError(f"{side} ranges are empty: a request has at least one KV page")
     arr = np.asarray(ranges, dtype=np.int64).reshape(-1, 2)
-    lo, hi = kv_buffer.data_ptr(), kv_buffer.data_ptr() + kv_buffer.numel() * kv_buffer.element_size()
+    lo, hi = (
+        kv_buffer.data_ptr(),
+        kv_buffer.data_ptr() + kv_buffer.numel() * kv_buffer.element_size(),
+    )
     if (arr[:, 1] <= 0).any() or arr[:, 0].min() < lo or (arr[:, 0] + arr[:, 1]).max() > hi:
         raise ValueError(f"{side} ranges reach outside the registered KV buffer [{lo:#x}, {hi:#x})")
 

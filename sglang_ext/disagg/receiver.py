@@ -35,8 +35,9 @@ def _refused(e: Exception) -> bool:
 def parse_bootstrap_addr(addr: str) -> tuple[str, int]:
     host, sep, port = addr.rpartition(":")
     if not sep or not host or not port.isdigit():
-        raise ValueError(f"bootstrap_addr must be 'host:port' of the prefill's bootstrap server, "
-                         f"got {addr!r}")
+        raise ValueError(
+            f"bootstrap_addr must be 'host:port' of the prefill's bootstrap server, got {addr!r}"
+        )
     return host, int(port)
 
 
@@ -67,8 +68,9 @@ class KVReceiver:
             if self._state.is_done:
                 return
         self.mgr.notif_poller.wake()
-        dest = Destination(self.room, self.mgr.backend.name, self.mgr.backend.metadata(),
-                           list(dst_ranges))
+        dest = Destination(
+            self.room, self.mgr.backend.name, self.mgr.backend.metadata(), list(dst_ranges)
+        )
         self.mgr.loop.submit(self._handshake(dest))
 
     @property
@@ -82,8 +84,12 @@ class KVReceiver:
         KV did not arrive, and prefill neither refused the destination nor acknowledged an
         abort. Decode keeps such pages out of its pool (a late WRITE would corrupt a reuse)."""
         with self.mgr.lock:
-            return (self._deadline is not None and self._state != KVPoll.Success
-                    and not self._dest_unsent and not self._abort_acked)
+            return (
+                self._deadline is not None
+                and self._state != KVPoll.Success
+                and not self._dest_unsent
+                and not self._abort_acked
+            )
 
     def poll(self) -> KVPoll:
         with self.mgr.lock:
@@ -93,13 +99,17 @@ class KVReceiver:
             if not self._state.is_done and self._deadline and time.monotonic() > self._deadline:
                 self.timed_out = True
                 if self._state == KVPoll.Bootstrapping:
-                    self._fail(f"handshake for room {self.room} with prefill bootstrap "
-                               f"http://{self.bootstrap_addr} not done within "
-                               f"{self.mgr.bootstrap_timeout:.0f} s (bootstrap timeout)")
+                    self._fail(
+                        f"handshake for room {self.room} with prefill bootstrap "
+                        f"http://{self.bootstrap_addr} not done within "
+                        f"{self.mgr.bootstrap_timeout:.0f} s (bootstrap timeout)"
+                    )
                 else:
-                    self._fail(f"no KV for room {self.room} from prefill bootstrap "
-                               f"http://{self.bootstrap_addr} within "
-                               f"{self.mgr.waiting_timeout:.0f} s (waiting timeout)")
+                    self._fail(
+                        f"no KV for room {self.room} from prefill bootstrap "
+                        f"http://{self.bootstrap_addr} within "
+                        f"{self.mgr.waiting_timeout:.0f} s (waiting timeout)"
+                    )
             return self._state
 
     def aux(self) -> dict:
@@ -141,13 +151,18 @@ class KVReceiver:
 
     async def _abort_remote(self) -> None:
         try:
-            await post_abort(self.mgr.session, await self.mgr._control_url(self.bootstrap_addr),
-                             self.room)
+            await post_abort(
+                self.mgr.session, await self.mgr._control_url(self.bootstrap_addr), self.room
+            )
             with self.mgr.lock:
                 self._abort_acked = True
         except _HTTP_ERRORS as e:  # prefill gone or unreachable: its own timeout frees the room
-            logger.info("could not tell prefill %s about abort of room %d: %r",
-                        self.bootstrap_addr, self.room, e)
+            logger.info(
+                "could not tell prefill %s about abort of room %d: %r",
+                self.bootstrap_addr,
+                self.room,
+                e,
+            )
 
     # --- called with mgr.lock held -------------------------------------------------------------
     def _on_notif(self, msg: dict) -> None:

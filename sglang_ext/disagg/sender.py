@@ -49,11 +49,15 @@ class KVSender:
             if not self._state.is_done and time.monotonic() > self._deadline:
                 self.timed_out = True
                 if self._state == KVPoll.Bootstrapping:
-                    self._fail(f"no destination for room {self.room} arrived from decode within "
-                               f"{self.mgr.bootstrap_timeout:.0f} s (bootstrap timeout)")
+                    self._fail(
+                        f"no destination for room {self.room} arrived from decode within "
+                        f"{self.mgr.bootstrap_timeout:.0f} s (bootstrap timeout)"
+                    )
                 else:
-                    self._fail(f"KV transfer of room {self.room} not done within "
-                               f"{self.mgr.waiting_timeout:.0f} s (waiting timeout)")
+                    self._fail(
+                        f"KV transfer of room {self.room} not done within "
+                        f"{self.mgr.waiting_timeout:.0f} s (waiting timeout)"
+                    )
             return self._state
 
     def send(self, src_ranges: list[Range], aux: dict) -> None:
@@ -65,8 +69,10 @@ class KVSender:
         check_ranges_within(src_ranges, self.mgr.kv_buffer, "prefill source")
         notif = json.dumps({BOOTSTRAP_ROOM: self.room, "ok": True, "aux": aux}).encode()
         if len(notif) > MAX_AUX_BYTES:
-            raise ValueError(f"aux of room {self.room} is {len(notif)} bytes as JSON; keep it "
-                             f"under {MAX_AUX_BYTES} (it travels as one NIXL notification)")
+            raise ValueError(
+                f"aux of room {self.room} is {len(notif)} bytes as JSON; keep it "
+                f"under {MAX_AUX_BYTES} (it travels as one NIXL notification)"
+            )
         with self.mgr.lock:
             if self._state.is_done:
                 return  # aborted or failed meanwhile: poll() says so
@@ -94,8 +100,9 @@ class KVSender:
         self._state = KVPoll.Transferring
         self._deadline = time.monotonic() + self.mgr.waiting_timeout
         src, notif = self._payload
-        self._job = XferJob(src, self._dest.dst_ranges, self._dest.agent_name, notif,
-                            self._on_transfer_done)
+        self._job = XferJob(
+            src, self._dest.dst_ranges, self._dest.agent_name, notif, self._on_transfer_done
+        )
         self.mgr.xfer.submit(self._job)
 
     def _on_transfer_done(self, error: str | None) -> None:

@@ -48,8 +48,9 @@ class Gemma3DecoderLayer(nn.Module):
             scale=cfg.attn_scale,
             sliding=sliding,
         )
-        self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size,
-                            act=partial(F.gelu, approximate="tanh"))
+        self.mlp = GatedMLP(
+            cfg.hidden_size, cfg.intermediate_size, act=partial(F.gelu, approximate="tanh")
+        )
         eps = cfg.rms_norm_eps
         self.input_layernorm = GemmaRMSNorm(cfg.hidden_size, eps)
         self.post_attention_layernorm = GemmaRMSNorm(cfg.hidden_size, eps)

@@ -94,7 +94,10 @@ def _convert_gemma3(out_dir: Path) -> None:
     src = out_dir / "gguf"  # the joined GGUF lives only while converting
     src.mkdir()
     _convert_gguf(
-        _gemma3_gguf(src), out_dir, chat_template=GEMMA_CHAT_TEMPLATE, eos_tokens=(GEMMA_END_OF_TURN,)
+        _gemma3_gguf(src),
+        out_dir,
+        chat_template=GEMMA_CHAT_TEMPLATE,
+        eos_tokens=(GEMMA_END_OF_TURN,),
     )
     shutil.rmtree(src)
 

@@ -81,10 +81,14 @@ def _parse(st, body: object, chat: bool) -> tuple[Req, bool]:
         if not isinstance(msgs, list) or not msgs:
             raise BadRequestError("'messages' must be a non-empty list")
         for i, m in enumerate(msgs):
-            if not (isinstance(m, dict) and isinstance(m.get("role"), str)
-                    and isinstance(m.get("content"), str)):
-                raise BadRequestError(f"messages[{i}] must be an object with a string 'role' "
-                                      "and a string 'content'")
+            if not (
+                isinstance(m, dict)
+                and isinstance(m.get("role"), str)
+                and isinstance(m.get("content"), str)
+            ):
+                raise BadRequestError(
+                    f"messages[{i}] must be an object with a string 'role' and a string 'content'"
+                )
         if st.tokenizer is None:
             raise BadRequestError("chat needs the tokenizer (worker runs --skip-tokenizer-init)")
         prompt = st.tokenizer.apply_chat_template(msgs, tokenize=False, add_generation_prompt=True)
@@ -116,19 +120,34 @@ class _Reply:
 
     def obj(self, choices: list[dict], chunk: bool = False, **extra) -> dict:
         kind = self.object + (".chunk" if chunk and self.chat else "")
-        return {"id": self.id, "object": kind, "created": self.created, "model": self.model,
-                "choices": choices, **extra}
+        return {
+            "id": self.id,
+            "object": kind,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+            **extra,
+        }
 
     def delta(self, text: str, finish_reason: str | None) -> dict:
         if self.chat:
-            return {"index": 0, "delta": {"role": "assistant", "content": text},
-                    "finish_reason": finish_reason, "logprobs": None}
+            return {
+                "index": 0,
+                "delta": {"role": "assistant", "content": text},
+                "finish_reason": finish_reason,
+                "logprobs": None,
+            }
         return {"index": 0, "text": text, "finish_reason": finish_reason, "logprobs": None}
 
     def whole(self, text: str, finish_reason: str | None, matched) -> dict:
         body = {"message": {"role": "assistant", "content": text}} if self.chat else {"text": text}
-        return {"index": 0, **body, "logprobs": None, "finish_reason": finish_reason,
-                "matched_stop": matched}
+        return {
+            "index": 0,
+            **body,
+            "logprobs": None,
+            "finish_reason": finish_reason,
+            "matched_stop": matched,
+        }
 
 
 async def _stream(
@@ -190,8 +209,9 @@ async def _run(request: web.Request, chat: bool) -> web.StreamResponse:
         req, stream = _parse(st, body, chat)
     except BadRequestError as e:
         return error(400, str(e))
-    reply = _Reply(chat, f"{'chatcmpl' if chat else 'cmpl'}-{req.rid}",
-                   body.get("model") or st.args.model_name)
+    reply = _Reply(
+        chat, f"{'chatcmpl' if chat else 'cmpl'}-{req.rid}", body.get("model") or st.args.model_name
+    )
     out = ReplyBuilder(req, st.tokenizer)
     if stream:
         options = body.get("stream_options")

@@ -53,9 +53,8 @@ def _draw(row: torch.Tensor, sp: SamplingParams, gen: torch.Generator | None) ->
     return int(torch.multinomial(probs / probs.sum(), 1, generator=gen).item())
 
 
-_GOLDEN = (
-    0x9E3779B97F4A7C15  # odd 64-bit constant: spreads seeds far apart before adding the position
-)
+# An odd 64-bit constant: spreads seeds far apart before adding the position.
+_GOLDEN = 0x9E3779B97F4A7C15
 
 
 def _generator(req: Req, default_gen: torch.Generator) -> torch.Generator:

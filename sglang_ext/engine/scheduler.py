@@ -37,8 +37,12 @@ logger = logging.getLogger(__name__)
 
 S = ReqState
 # The queues a PD request passes through besides the scheduler's own, and their stats names.
-PD_QUEUES = {S.BOOTSTRAP: "bootstrap", S.SENDING: "inflight", S.PREALLOC: "prealloc",
-             S.RECEIVING: "transfer"}
+PD_QUEUES = {
+    S.BOOTSTRAP: "bootstrap",
+    S.SENDING: "inflight",
+    S.PREALLOC: "prealloc",
+    S.RECEIVING: "transfer",
+}
 
 
 @dataclass(slots=True)
@@ -59,8 +63,13 @@ class Quarantined:
 
 
 class Scheduler:
-    def __init__(self, cfg: EngineConfig, decode_text: Callable[[list[int]], str] | None = None,
-                 kv_manager=None, kv_buffer=None):
+    def __init__(
+        self,
+        cfg: EngineConfig,
+        decode_text: Callable[[list[int]], str] | None = None,
+        kv_manager=None,
+        kv_buffer=None,
+    ):
         self.cfg = cfg
         self.decode_text = decode_text
         self.pages = PageAllocator(cfg)
@@ -72,8 +81,18 @@ class Scheduler:
         self.quarantine: list[Quarantined] = []
         self.default_gen = torch.Generator().manual_seed(cfg.random_seed)
         self.counters = dict.fromkeys(
-            ("requests", "finished", "aborted", "failed", "prompt_tokens", "cached_tokens",
-             "generated_tokens", "forward_steps"), 0)
+            (
+                "requests",
+                "finished",
+                "aborted",
+                "failed",
+                "prompt_tokens",
+                "cached_tokens",
+                "generated_tokens",
+                "forward_steps",
+            ),
+            0,
+        )
 
     @property
     def waiting(self) -> deque[Req]:
@@ -128,13 +147,21 @@ class Scheduler:
             return _reject(req, 400, f"rid '{req.rid}' is already in use by a live request")
         need = self.pool.pages_for(self.kv_tokens_needed(req))
         if need > cfg.num_pages:
-            return _reject(req, 503, (
-                f"the request needs {need} KV pages (prompt + max_new_tokens) but the pool has "
-                f"{cfg.num_pages}: lower max_new_tokens or raise --max-total-tokens"))
+            return _reject(
+                req,
+                503,
+                (
+                    f"the request needs {need} KV pages (prompt + max_new_tokens) but the pool has "
+                    f"{cfg.num_pages}: lower max_new_tokens or raise --max-total-tokens"
+                ),
+            )
         queued = len(self.waiting) + sum(len(self.queues[s]) for s in PD_QUEUES)
         if queued >= cfg.max_queued_requests:
-            return _reject(req, 503, f"{queued} requests are already queued "
-                                     "(--max-queued-requests); retry later")
+            return _reject(
+                req,
+                503,
+                f"{queued} requests are already queued (--max-queued-requests); retry later",
+            )
         if not self.set_or_validate_priority(req):
             return _reject(req, 503, P.PRIORITY_DISABLED_MESSAGE)
         now = req.time_stats.now()
@@ -172,9 +199,11 @@ class Scheduler:
             if st == KVPoll.WaitingForInput:
                 self._enqueue(req)
             elif st == KVPoll.Failed:
-                hint = (f"send the same request to a decode worker (bootstrap_host "
-                        f"{req.bootstrap_host}) or use the fake host {P.FAKE_BOOTSTRAP_HOST} for "
-                        "a prefill-only warm-up")
+                hint = (
+                    f"send the same request to a decode worker (bootstrap_host "
+                    f"{req.bootstrap_host}) or use the fake host {P.FAKE_BOOTSTRAP_HOST} for "
+                    "a prefill-only warm-up"
+                )
                 self._fail(req, *PDTransfer.failure(req.kv_sender, "bootstrap failed", hint))
         for req in list(self.queues[S.SENDING]):
             st = self._poll(req, req.kv_sender)
@@ -258,8 +287,11 @@ class Scheduler:
         # SGLang's fcfs + priority: by priority (larger first unless low values first), then by
         # when the request entered the waiting queue.
         sign = 1 if self.cfg.schedule_low_priority_values_first else -1
-        self.queues[S.WAITING] = deque(sorted(
-            self.waiting, key=lambda r: (sign * r.priority, r.time_stats.wait_queue_entry_time)))
+        self.queues[S.WAITING] = deque(
+            sorted(
+                self.waiting, key=lambda r: (sign * r.priority, r.time_stats.wait_queue_entry_time)
+            )
+        )
 
     def schedule_prefill(self) -> Batch | None:
         """Started prefills go on first (never preempted, as SGLang's chunked request); the budget
@@ -313,8 +345,9 @@ class Scheduler:
             False,
         )
 
-    def process(self, batch: Batch, logits: torch.Tensor, started: float = 0.0,
-                ended: float = 0.0) -> None:
+    def process(
+        self, batch: Batch, logits: torch.Tensor, started: float = 0.0, ended: float = 0.0
+    ) -> None:
         """Sample the sequences that completed their prompt or decoded; move requests on.
         `started`/`ended`: when the batch's forward ran (perf_counter)."""
         for r, e in zip(batch.reqs, batch.ends):
@@ -322,8 +355,11 @@ class Scheduler:
             if batch.is_prefill:  # SGLang's prefill_run_batch_{start,end}_time: last batch wins
                 r.time_stats.prefill_run_batch_start_time = started
                 r.time_stats.prefill_run_batch_end_time = ended
-        idx = [i for i, (r, e) in enumerate(zip(batch.reqs, batch.ends))
-               if not batch.is_prefill or e == r.prompt_len]
+        idx = [
+            i
+            for i, (r, e) in enumerate(zip(batch.reqs, batch.ends))
+            if not batch.is_prefill or e == r.prompt_len
+        ]
         if not idx:
             return
         reqs = [batch.reqs[i] for i in idx]
@@ -443,7 +479,8 @@ class Scheduler:
         queued = [r for q in self.queues.values() for r in q]
         assert len(queued) == len({id(r) for r in queued}), "a request is in two queues"
         assert all(r.state is not S.DONE and r in self.queues[r.state] for r in live), (
-            "a live request is not in its state's queue")
+            "a live request is not in its state's queue"
+        )
         assert all(self.reqs.get(r.rid) is r for r in queued), "a queued request is not live"
 
     def flush_cache(self) -> bool:

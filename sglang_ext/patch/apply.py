@@ -40,14 +40,17 @@ def check_plugin_reachable(
     """
     env = os.environ if env is None else env
     find = find_entry_points or (lambda group: metadata.entry_points(group=group))
-    ours = [ep for ep in find(warmup_radix.ENTRY_POINT_GROUP)
-            if ep.name == warmup_radix.ENTRY_POINT_NAME]
+    ours = [
+        ep
+        for ep in find(warmup_radix.ENTRY_POINT_GROUP)
+        if ep.name == warmup_radix.ENTRY_POINT_NAME
+    ]
     if not ours or ours[0].value != warmup_radix.ENTRY_POINT_VALUE:
         raise PatchNotReachable(
             f"SGLang's plugin loader cannot find moa-pd's warm-up hook: install this project into "
             f"the SGLang environment (pip install -e '.[sglang]') so that its entry point "
-            f"[project.entry-points.\"{warmup_radix.ENTRY_POINT_GROUP}\"] "
-            f"{warmup_radix.ENTRY_POINT_NAME} = \"{warmup_radix.ENTRY_POINT_VALUE}\" is registered"
+            f'[project.entry-points."{warmup_radix.ENTRY_POINT_GROUP}"] '
+            f'{warmup_radix.ENTRY_POINT_NAME} = "{warmup_radix.ENTRY_POINT_VALUE}" is registered'
         )
     allowed = [x.strip() for x in env.get("SGLANG_PLUGINS", "").split(",") if x.strip()]
     if allowed and warmup_radix.ENTRY_POINT_NAME not in allowed:
@@ -90,6 +93,7 @@ def apply(version: str | None = None) -> list[Patch]:
             prefill_only_route.install(http_server.app, dp_rank_field(version))
         # WARNING, not INFO: this runs before SGLang configures logging, and Python's
         # last-resort handler drops anything below WARNING, so an operator could not tell.
-        logger.warning("moa-pd patch %s applied for SGLang %s (%s)", patch.name, version,
-                       patch.process)
+        logger.warning(
+            "moa-pd patch %s applied for SGLang %s (%s)", patch.name, version, patch.process
+        )
     return plan

@@ -34,5 +34,6 @@ def register_kv_as_dram() -> None:
     conn._normalize_kv_mem_kinds = lambda kinds, n: dram(normalize(kinds, n))
     conn._unpack_kv_mem_kinds = lambda buf, n: dram(unpack(buf, n))
     conn._moa_pd_dram = True
-    logger.warning("moa-pd: SGLang CPU engine: NIXL registers the KV pool as DRAM (pid %d)",
-                   os.getpid())
+    logger.warning(
+        "moa-pd: SGLang CPU engine: NIXL registers the KV pool as DRAM (pid %d)", os.getpid()
+    )

@@ -14,8 +14,10 @@ from packaging.version import InvalidVersion, Version
 # warm-up patch depends on (Req.__init__ setting skip_radix_cache_insert) may have moved.
 MIN_SUPPORTED = Version("0.5.3")
 MAX_SUPPORTED = Version("0.5.23")
-INSTALL_HINT = ("pip install -e '.[sglang]' (installs sglang>=0.5.3,<0.5.24) on a CUDA machine, "
-                "or `make test-sglang` (builds .venv-sglang) on a CPU")
+INSTALL_HINT = (
+    "pip install -e '.[sglang]' (installs sglang>=0.5.3,<0.5.24) on a CUDA machine, "
+    "or `make test-sglang` (builds .venv-sglang) on a CPU"
+)
 
 
 class UnsupportedSGLangVersion(RuntimeError):

@@ -56,7 +56,9 @@ def after_req_init(result: object, req: object, *args: object, **kwargs: object)
 def register_plugin() -> None:
     """SGLang plugin entry point: register the AFTER hook when moa-pd launched this server."""
     if os.environ.get(ENABLE_ENV) != "1":
-        logger.debug("moa-pd warm-up patch not enabled (%s unset); leaving SGLang as is", ENABLE_ENV)
+        logger.debug(
+            "moa-pd warm-up patch not enabled (%s unset); leaving SGLang as is", ENABLE_ENV
+        )
         return
     # Imported here: this module must stay importable without SGLang (CPU tests, the plan).
     from sglang.srt.disaggregation.utils import FAKE_BOOTSTRAP_HOST
@@ -70,7 +72,10 @@ def register_plugin() -> None:
     HookRegistry.register(HOOK_TARGET, after_req_init, HookType.AFTER)
     # WARNING: SGLang loads plugins before it configures the scheduler's logging, so an INFO
     # line would be dropped and the log would not show that the patch is active.
-    logger.warning("moa-pd: fake-host requests with rid prefix %r are inserted into the radix "
-                   "cache (pid %d)", P.WARMUP_RID_PREFIX, os.getpid())
+    logger.warning(
+        "moa-pd: fake-host requests with rid prefix %r are inserted into the radix cache (pid %d)",
+        P.WARMUP_RID_PREFIX,
+        os.getpid(),
+    )
     if os.environ.get(cpu_nixl.CPU_ENGINE_ENV, "").lower() in ("1", "true"):
         cpu_nixl.register_kv_as_dram()

@@ -19,9 +19,10 @@ from sglang_ext.sglang_backend.pair import PDPairSpec, pd_pair_commands
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m sglang_ext.sglang_backend",
-                                description="One SGLang PD pair (prefill + decode over NIXL) "
-                                            "behind an sglang-router.")
+    p = argparse.ArgumentParser(
+        prog="python -m sglang_ext.sglang_backend",
+        description="One SGLang PD pair (prefill + decode over NIXL) behind an sglang-router.",
+    )
     p.add_argument("--model-path", required=True, help="HF id or a directory with config.json")
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--prefill-port", type=int, default=30000)
@@ -39,8 +40,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--load-format", default=None, help="'dummy' for random weights")
     p.add_argument("--skip-tokenizer-init", action="store_true")
     for role in ("prefill", "decode", "router"):
-        p.add_argument(f"--{role}-extra", default="",
-                       help=f"more flags for the {role}, one shell-quoted string")
+        p.add_argument(
+            f"--{role}-extra",
+            default="",
+            help=f"more flags for the {role}, one shell-quoted string",
+        )
     p.add_argument("--log-dir", type=Path, default=Path("logs/sglang_pd"))
     p.add_argument("--startup-timeout", type=float, default=900.0)
     p.add_argument("--dry-run", action="store_true", help="print the command lines, run nothing")
@@ -49,14 +53,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 def spec_from_args(a: argparse.Namespace) -> PDPairSpec:
     return PDPairSpec(
-        model_path=a.model_path, host=a.host, prefill_port=a.prefill_port,
-        decode_port=a.decode_port, router_port=a.router_port,
-        router_metrics_port=a.router_metrics_port, bootstrap_port=a.disaggregation_bootstrap_port,
-        transfer_backend=a.disaggregation_transfer_backend, ib_device=a.disaggregation_ib_device,
-        prefill_gpu=a.prefill_gpu, decode_gpu=a.decode_gpu, tp_size=a.tp_size,
+        model_path=a.model_path,
+        host=a.host,
+        prefill_port=a.prefill_port,
+        decode_port=a.decode_port,
+        router_port=a.router_port,
+        router_metrics_port=a.router_metrics_port,
+        bootstrap_port=a.disaggregation_bootstrap_port,
+        transfer_backend=a.disaggregation_transfer_backend,
+        ib_device=a.disaggregation_ib_device,
+        prefill_gpu=a.prefill_gpu,
+        decode_gpu=a.decode_gpu,
+        tp_size=a.tp_size,
         mem_fraction_static=a.mem_fraction_static,
-        schedule_conservativeness=a.schedule_conservativeness, load_format=a.load_format,
-        skip_tokenizer_init=a.skip_tokenizer_init, prefill_args=tuple(shlex.split(a.prefill_extra)),
+        schedule_conservativeness=a.schedule_conservativeness,
+        load_format=a.load_format,
+        skip_tokenizer_init=a.skip_tokenizer_init,
+        prefill_args=tuple(shlex.split(a.prefill_extra)),
         decode_args=tuple(shlex.split(a.decode_extra)),
         router_args=tuple(shlex.split(a.router_extra)),
     )
@@ -80,21 +93,29 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[Proc] = []
     try:
         # Workers first (in parallel: each loads its model), the router once both answer.
-        workers = [start(ProcSpec(role, commands[role], spec.url(role) + "/health"), args.log_dir)
-                   for role in ("prefill", "decode")]
+        workers = [
+            start(ProcSpec(role, commands[role], spec.url(role) + "/health"), args.log_dir)
+            for role in ("prefill", "decode")
+        ]
         procs += workers
         wait_healthy(workers, args.startup_timeout)
-        router = start(ProcSpec("router", commands["router"], spec.url("router") + "/health"),
-                       args.log_dir)
+        router = start(
+            ProcSpec("router", commands["router"], spec.url("router") + "/health"), args.log_dir
+        )
         procs.append(router)
         wait_healthy([router], args.startup_timeout)
-        print(f"ready: router {spec.url('router')} prefill {spec.url('prefill')} "
-              f"decode {spec.url('decode')}", flush=True)
+        print(
+            f"ready: router {spec.url('router')} prefill {spec.url('prefill')} "
+            f"decode {spec.url('decode')}",
+            flush=True,
+        )
         while all(p.popen.poll() is None for p in procs):
             time.sleep(1.0)
         dead = next(p for p in procs if p.popen.poll() is not None)
-        print(f"error: {dead.spec.name} exited ({dead.popen.returncode}); log "
-              f"{dead.log_path}", file=sys.stderr)
+        print(
+            f"error: {dead.spec.name} exited ({dead.popen.returncode}); log {dead.log_path}",
+            file=sys.stderr,
+        )
         return 1
     except KeyboardInterrupt:
         return 0
@@ -108,6 +129,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _interrupt(signum, frame) -> None:
     raise KeyboardInterrupt
+
 
 if __name__ == "__main__":
     sys.exit(main())

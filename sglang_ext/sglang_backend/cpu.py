@@ -14,6 +14,7 @@ from __future__ import annotations
 # scheduler otherwise busy-polls its sockets and spins a whole core (measured: 1.01 cores), so a
 # PD pair on a 2-core machine would take both cores while doing nothing; it sleeps only when
 # fully idle (no queued request, no KV transfer in flight) and wakes on the next request.
+# fmt: off
 COMMON_FLAGS: tuple[str, ...] = (
     "--device", "cpu",
     "--sleep-on-idle",
@@ -24,6 +25,7 @@ COMMON_FLAGS: tuple[str, ...] = (
     "--dtype", "float32",
     "--max-total-tokens", "4096",
 )
+# fmt: on
 # Decode: the default retraction backup ("host_pool") pins a host KV pool with
 # cudaHostRegister, which a CPU torch cannot do.
 DECODE_FLAGS: tuple[str, ...] = ("--disaggregation-decode-retraction-backup", "none")

@@ -23,7 +23,8 @@ class PDPairSpec:
     prefill_port: int = 30000
     decode_port: int = 30001
     router_port: int = 8000
-    router_metrics_port: int = 29000  # the router's Prometheus port; its default clashes across pairs
+    # The router's Prometheus port; its default clashes across pairs.
+    router_metrics_port: int = 29000
     bootstrap_port: int = P.DEFAULT_BOOTSTRAP_PORT
     transfer_backend: str = "nixl"
     ib_device: str | None = None  # e.g. "mlx5_0" or "mlx5_0,mlx5_1"; None lets UCX choose
@@ -40,8 +41,13 @@ class PDPairSpec:
     python: str = field(default_factory=lambda: sys.executable)
 
     def __post_init__(self) -> None:
-        ports = [self.prefill_port, self.decode_port, self.router_port, self.router_metrics_port,
-                 self.bootstrap_port]
+        ports = [
+            self.prefill_port,
+            self.decode_port,
+            self.router_port,
+            self.router_metrics_port,
+            self.bootstrap_port,
+        ]
         if any(not 0 < p < 65536 for p in ports) or len(set(ports)) != len(ports):
             raise ValueError(
                 f"PD pair ports must be distinct and in 1..65535, got prefill={self.prefill_port} "
@@ -49,11 +55,15 @@ class PDPairSpec:
                 f"router_metrics={self.router_metrics_port} bootstrap={self.bootstrap_port}"
             )
         if self.transfer_backend == "fake":
-            raise ValueError("transfer backend 'fake' cannot serve a prefill worker (SGLang "
-                             "0.5.10+ refuses it); use 'nixl' or 'mooncake'")
+            raise ValueError(
+                "transfer backend 'fake' cannot serve a prefill worker (SGLang "
+                "0.5.10+ refuses it); use 'nixl' or 'mooncake'"
+            )
         if self.mem_fraction_static is not None and not 0 < self.mem_fraction_static < 1:
-            raise ValueError(f"mem_fraction_static must be in (0, 1), got "
-                             f"{self.mem_fraction_static}; two workers on one GPU need <= 0.45")
+            raise ValueError(
+                f"mem_fraction_static must be in (0, 1), got "
+                f"{self.mem_fraction_static}; two workers on one GPU need <= 0.45"
+            )
         if min(self.prefill_gpu, self.decode_gpu) < 0 or self.tp_size < 1:
             raise ValueError("GPU ids must be >= 0 and tp_size >= 1")
 
@@ -63,8 +73,11 @@ class PDPairSpec:
         return "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host
 
     def url(self, role: str) -> str:
-        port = {"prefill": self.prefill_port, "decode": self.decode_port,
-                "router": self.router_port}[role]
+        port = {
+            "prefill": self.prefill_port,
+            "decode": self.decode_port,
+            "router": self.router_port,
+        }[role]
         return f"http://{self.url_host}:{port}"
 
 
@@ -73,6 +86,8 @@ def worker_command(spec: PDPairSpec, role: str) -> list[str]:
     if role not in ("prefill", "decode"):
         raise ValueError(f"worker role must be 'prefill' or 'decode', got {role!r}")
     prefill = role == "prefill"
+    # One flag and its value per line:
+    # fmt: off
     cmd = [
         spec.python, "-m", "sglang_ext.launch_server", "--backend", "sglang",
         "--model-path", spec.model_path,
@@ -85,6 +100,7 @@ def worker_command(spec: PDPairSpec, role: str) -> list[str]:
         "--base-gpu-id", str(spec.prefill_gpu if prefill else spec.decode_gpu),
         "--tp-size", str(spec.tp_size),
     ]
+    # fmt: on
     if spec.ib_device:
         cmd += ["--disaggregation-ib-device", spec.ib_device]
     if spec.mem_fraction_static is not None:
@@ -100,9 +116,16 @@ def worker_command(spec: PDPairSpec, role: str) -> list[str]:
 
 def router_command(spec: PDPairSpec) -> list[str]:
     """The sglang-router (`launch.worker_cmd.router_argv`) in front of the pair."""
-    return router_argv([(spec.url("prefill"), spec.bootstrap_port)], [spec.url("decode")],
-                       spec.host, spec.router_port, spec.url_host, spec.router_metrics_port,
-                       spec.router_args, python=spec.python)
+    return router_argv(
+        [(spec.url("prefill"), spec.bootstrap_port)],
+        [spec.url("decode")],
+        spec.host,
+        spec.router_port,
+        spec.url_host,
+        spec.router_metrics_port,
+        spec.router_args,
+        python=spec.python,
+    )
 
 
 def pd_pair_commands(spec: PDPairSpec) -> dict[str, list[str]]:

@@ -39,8 +39,9 @@ def check_options(sglang_args: list[str], env: dict[str, str]) -> None:
             "app in their own processes, without /prefill_only; use 1 (the default)"
         )
     if env.get("SGLANG_RUST_SERVER", "").lower() in ("1", "true", "yes"):
-        raise UnsupportedOption("SGLANG_RUST_SERVER is set: the Rust HTTP server has no "
-                                "/prefill_only route; unset it")
+        raise UnsupportedOption(
+            "SGLANG_RUST_SERVER is set: the Rust HTTP server has no /prefill_only route; unset it"
+        )
     grpc = {"--grpc-mode", "--smg-grpc-mode", "--encoder-only"} & set(sglang_args)
     if grpc:
         raise UnsupportedOption(f"{sorted(grpc)}: no HTTP app to mount /prefill_only on")
@@ -60,11 +61,15 @@ def _dry_run(sglang_args: list[str]) -> None:
 def main(argv: list[str]) -> int:
     """Run one SGLang worker with the patch applied; returns an exit status."""
     parser = argparse.ArgumentParser(
-        prog="python -m sglang_ext.launch_server --backend sglang", add_help=False,
+        prog="python -m sglang_ext.launch_server --backend sglang",
+        add_help=False,
         allow_abbrev=False,
     )
-    parser.add_argument("--dry-run", action="store_true",
-                        help="print the patch plan and the SGLang command line, run nothing")
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="print the patch plan and the SGLang command line, run nothing",
+    )
     ours, sglang_args = parser.parse_known_args(argv)
     try:
         check_options(sglang_args, dict(os.environ))
