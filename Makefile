@@ -40,6 +40,7 @@ test: $(STAMP)
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 # Real SGLang 0.5.23 on SGLang's own CPU path, in a second venv (it pins transformers/tokenizers
 # and adds ~2.5 GB, so it stays out of .venv). sglang goes in with --no-deps: its CUDA-only
