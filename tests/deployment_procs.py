@@ -27,6 +27,25 @@ def tiny_config(folder: Path, name: str = "tree_3_1_tiny") -> str:
     return str(path)
 
 
+def run_argv(config: str, out: Path, *extra: str) -> list[str]:
+    """`moa-pd run` of the tiny config: 2 GSM8K questions, settings #2 and #3 (4 rows)."""
+    return ["run", "--config", config, "--dataset", "gsm8k", "--num-samples", "2",
+            "--settings", "2,3", "--out", str(out), *extra]  # fmt: skip
+
+
+def assert_ran_once_each(out: Path) -> None:
+    """The run in `out` is complete: every (sample, setting) once, none failed, and the
+    summary counts each once."""
+    from experiments.results import read_results
+
+    rows = read_results(out / "results.jsonl")
+    assert sorted(r.key for r in rows) == sorted({r.key for r in rows}) and len(rows) == 4
+    assert all(r.ok for r in rows)
+    summary = json.loads((out / "summary.json").read_text())
+    settings = [(s["setting"], s["n"], s["errors"]) for s in summary["settings"]]
+    assert settings == [(2, 2, 0), (3, 2, 0)]
+
+
 def recorded(run_dir: Path) -> list[dict]:
     """The processes a deployment recorded in RUN_DIR/processes.json (name, pid, start_ticks)."""
     path = run_dir / "processes.json"

@@ -8,7 +8,6 @@ name, so the runner must ask the shell router for it by its `name`."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import threading
@@ -22,21 +21,15 @@ from launch.cli import main
 from launch.commands import make_stack
 from launch.procs import start, wait_healthy
 from launch.stack import Stack
+from tests.deployment_procs import assert_ran_once_each, run_argv
+from tests.deployment_procs import tiny_config as write_tiny_config
 
-ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
 def tiny_config(tmp_path_factory) -> str:
-    raw = json.loads((ROOT / "cfgs" / "tree_3_1_cpu.json").read_text())
-    raw["name"] = "tree_3_1_tiny"
-    raw["sampling"]["max_new_tokens"] = 6
-    for agent in raw["agents"]:
-        agent.pop("sampling", None)
-    path = tmp_path_factory.mktemp("cfg") / "my_tiny_tree.json"
-    path.write_text(json.dumps(raw))
-    return str(path)
+    return write_tiny_config(tmp_path_factory.mktemp("cfg"))
 
 
 def _up(config: str, run_dir: Path) -> Stack:
@@ -53,22 +46,7 @@ class _Run:
 
     def __init__(self, config: str, stack: Stack, out: Path, *extra: str) -> None:
         self.out = out
-        self.argv = [
-            "run",
-            "--config",
-            config,
-            "--dataset",
-            "gsm8k",
-            "--num-samples",
-            "2",
-            "--settings",
-            "2,3",
-            "--out",
-            str(out),
-            "--cluster",
-            str(stack.cluster_path),
-            *extra,
-        ]
+        self.argv = run_argv(config, out, "--cluster", str(stack.cluster_path), *extra)
         self.code: int | None = None
         self.thread = threading.Thread(target=self._main, daemon=True)
         self.thread.start()
@@ -113,14 +91,7 @@ def _kill_during_run(config: str, stack: Stack, out: Path, victim, capfd) -> str
 def _resume(config: str, stack: Stack, out: Path) -> None:
     """--resume completes the run: every (sample, setting) once, none failed."""
     assert _Run(config, stack, out, "--resume").join(120) == 0
-    rows = read_results(out / "results.jsonl")
-    assert sorted(r.key for r in rows) == sorted({r.key for r in rows}) and len(rows) == 4
-    assert all(r.ok for r in rows)
-    summary = json.loads((out / "summary.json").read_text())
-    assert [(s["setting"], s["n"], s["errors"]) for s in summary["settings"]] == [
-        (2, 2, 0),
-        (3, 2, 0),
-    ]
+    assert_ran_once_each(out)
 
 
 def test_kill_9_of_each_process_fails_fast_and_resume_completes(

@@ -15,16 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from experiments.results import read_results
 from launch.cli import main
 from launch.procs import healthy
 from tests.deployment_procs import (
+    assert_ran_once_each,
     cluster_ports,
     descendants,
     kill_leftovers,
     leftovers,
     recorded,
     recorded_ports,
+    run_argv,
     tiny_config,
 )
 
@@ -86,19 +87,7 @@ def _stopped_run(config: str, sig: signal.Signals, tmp_path: Path) -> list[str]:
     """`moa-pd run` with its own deployment, stopped by sig after its first row. Returns its
     argv (to resume it)."""
     out = tmp_path / f"run_{sig.name}"
-    argv = [
-        "run",
-        "--config",
-        config,
-        "--dataset",
-        "gsm8k",
-        "--num-samples",
-        "2",
-        "--settings",
-        "2,3",
-        "--out",
-        str(out),
-    ]
+    argv = run_argv(config, out)
     log = tmp_path / f"run_{sig.name}.log"
     run = _moa_pd(*argv, log=log)
     _until(lambda: _rows(out / "results.jsonl") >= 1, "first row", run, log)
@@ -114,15 +103,7 @@ def _stopped_run(config: str, sig: signal.Signals, tmp_path: Path) -> list[str]:
 def _resumed(argv: list[str], cluster: Path) -> None:
     """--resume on a running deployment finishes the run: every (sample, setting) once."""
     assert main([*argv, "--resume", "--cluster", str(cluster)]) == 0
-    out = Path(argv[argv.index("--out") + 1])
-    rows = read_results(out / "results.jsonl")
-    assert sorted(r.key for r in rows) == sorted({r.key for r in rows}) and len(rows) == 4
-    assert all(r.ok for r in rows)
-    summary = json.loads((out / "summary.json").read_text())
-    assert [(s["setting"], s["n"], s["errors"]) for s in summary["settings"]] == [
-        (2, 2, 0),
-        (3, 2, 0),
-    ]
+    assert_ran_once_each(Path(argv[argv.index("--out") + 1]))
 
 
 def test_sigterm_and_sigint_stop_foreground_run_and_up_clean(tmp_path, monkeypatch):
