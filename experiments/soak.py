@@ -28,6 +28,7 @@ import aiohttp
 from tqdm import tqdm
 
 from experiments.datasets import load_questions
+from launch.procs import descendant_pids
 
 
 def rss_mb(pid: int) -> float | None:
@@ -39,23 +40,6 @@ def rss_mb(pid: int) -> float | None:
     except OSError:
         return None
     return None
-
-
-def children(pid: int) -> list[int]:
-    """Every descendant of pid, read from /proc (ppid is field 4 of /proc/PID/stat)."""
-    parent: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    out, frontier = [], [pid]
-    while frontier:
-        kids = [c for c, p in parent.items() if p in frontier]
-        out += kids
-        frontier = kids
-    return out
 
 
 class RssSampler(threading.Thread):
@@ -72,7 +56,7 @@ class RssSampler(threading.Thread):
 
     def _find_children(self) -> None:
         for name, pid in self.roots.items():
-            for c in children(pid):
+            for c in descendant_pids(pid):
                 self.procs.setdefault(f"{name}/child-{c}", c)
 
     def run(self) -> None:

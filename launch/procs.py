@@ -227,6 +227,22 @@ def _reap(pid: int) -> None:
         pass
 
 
+def descendant_pids(pid: int) -> list[int]:
+    """Every descendant of pid, nearest first, read from /proc (ppid is field 4 of its stat)."""
+    parent: dict[int, int] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    out, frontier = [], {pid}
+    while frontier:
+        frontier = {c for c, p in parent.items() if p in frontier}
+        out += sorted(frontier)
+    return out
+
+
 def process_start_ticks(pid: int) -> int | None:
     """The kernel's start time of pid (clock ticks since boot), or None if it is gone (or a
     zombie).

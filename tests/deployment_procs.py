@@ -10,7 +10,7 @@ import signal
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from launch.procs import port_in_use, process_start_ticks
+from launch.procs import descendant_pids, port_in_use, process_start_ticks
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -69,18 +69,7 @@ def group_members(pgid: int) -> list[int]:
 
 def descendants(pid: int) -> list[tuple[int, int | None]]:
     """(pid, start_ticks) of every live descendant of pid."""
-    parent = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    out, frontier = [], {pid}
-    while frontier:
-        frontier = {c for c, p in parent.items() if p in frontier}
-        out += sorted(frontier)
-    return [(p, process_start_ticks(p)) for p in out]
+    return [(p, process_start_ticks(p)) for p in descendant_pids(pid)]
 
 
 def cluster_ports(cluster: dict) -> list[int]:
