@@ -5,10 +5,14 @@ over it, and per question (order rotated, cold caches each time):
 - `#2`: blocking (no warm-ups), the reference;
 - `equal`: pipelined, no gate, no priority field (every request equal, FIFO on the worker);
 - `priority`: pipelined, no gate, warm-ups sent with a lower SGLang `priority`;
-- `gate`: pipelined, the router's PrefillGate plus priority (the default deployment).
+- `gate`: pipelined, the router's PrefillGate plus priority, the gate looking at the prefill
+  worker alone (the deployment before issue 19);
+- `device`: pipelined, the gate also keeping a warm-up off a compute device whose slots busy
+  workers fill (router/compute_device.py; the default deployment now).
 
-Reports, per rung, the leaves' first-token time (the last leaf's) and end-to-end latency as
-medians of per-question ratios to #2. Writes OUT/ladder.jsonl and OUT/bench_gate_ladder.md.
+Reports, per rung, the leaves' first-token time (the last leaf's), the last leaf's end (how much
+warm-ups slowed decoding) and end-to-end latency as medians of per-question ratios to #2. Writes
+OUT/ladder.jsonl and OUT/bench_gate_ladder.md.
 
     OMP_NUM_THREADS=1 python -m experiments.bench_gate_ladder --num-samples 6 --offset 400 \
         --out runs/bench_ladder
@@ -40,7 +44,14 @@ RUNGS = {  # name: (mode, cluster overrides)
     "#2": ("blocking", {"warmup_gate": True, "priority_scheduling": True}),
     "equal": ("pipelined", {"warmup_gate": False, "priority_scheduling": False}),
     "priority": ("pipelined", {"warmup_gate": False, "priority_scheduling": True}),
-    "gate": ("pipelined", {"warmup_gate": True, "priority_scheduling": True}),
+    "gate": (
+        "pipelined",
+        {"warmup_gate": True, "priority_scheduling": True, "warmup_gate_scope": "worker"},
+    ),
+    "device": (
+        "pipelined",
+        {"warmup_gate": True, "priority_scheduling": True, "warmup_gate_scope": "device"},
+    ),
 }
 
 
@@ -58,11 +69,14 @@ def priority_config(config: str, out: Path) -> Path:
     return dest
 
 
-def start_routers(cluster_path: Path, config: Path, out: Path) -> tuple[dict[str, str], list]:
+def start_routers(
+    cluster_path: Path, config: Path, out: Path, rungs: list[str]
+) -> tuple[dict[str, str], list]:
     """One shell router per rung's cluster variant; returns {rung: url} and the procs."""
     base = json.loads(cluster_path.read_text())
     urls, procs = {}, []
-    for rung, (_mode, overrides) in RUNGS.items():
+    for rung in rungs:
+        overrides = RUNGS[rung][1]
         path = out / f"cluster_{rung.strip('#')}.json"
         path.write_text(json.dumps({**base, **overrides}, indent=1))
         port = free_port()
@@ -94,7 +108,7 @@ async def run(cluster: dict, urls: dict[str, str], cfg_name: str, questions, out
     rows = []
     with (out / "ladder.jsonl").open("w") as f:
         for i, q in enumerate(questions):
-            rungs = list(RUNGS)
+            rungs = list(urls)
             rungs = rungs[i % len(rungs) :] + rungs[: i % len(rungs)]
             for rung in rungs:
                 async with RouterClient(urls[rung]) as client:
@@ -132,14 +146,12 @@ def report(rows: list[dict], meta: dict) -> str:
         "",
         provenance(meta),
         "",
-        "| rung | leaves' first token ÷ #2, median [95% CI] | e2e ÷ #2, median [95% CI] |",
-        "|---|---|---|",
+        "| rung | leaves' first token ÷ #2 | last leaf's end ÷ #2 | e2e ÷ #2 |",
+        "|---|---|---|---|",
     ]
-    for rung in RUNGS:
-        if rung == "#2":
-            continue
+    for rung in [r for r in RUNGS if r != "#2" and any(x["rung"] == r for x in rows)]:
         cells = []
-        for key in ("leaf_first_token_s", "e2e_s"):
+        for key in ("leaf_first_token_s", "leaf_end_s", "e2e_s"):
             xs = [
                 by[(i, rung)][key] / by[(i, "#2")][key]
                 for i in ids
@@ -147,7 +159,8 @@ def report(rows: list[dict], meta: dict) -> str:
             ]
             m, lo, hi = median_ci(xs) if xs else (np.nan, np.nan, np.nan)
             cells.append(f"{m:.3f} [{lo:.3f}, {hi:.3f}]")
-        lines.append(f"| {rung} | {cells[0]} | {cells[1]} |")
+        lines.append(f"| {rung} | {' | '.join(cells)} |")
+    lines += ["", "Medians of per-question ratios, [95% bootstrap CI]."]
     return "\n".join(lines) + "\n"
 
 
@@ -157,7 +170,16 @@ def main() -> None:
     ap.add_argument("--num-samples", type=int, default=6)
     ap.add_argument("--offset", type=int, default=0)
     ap.add_argument("--out", default="runs/bench_ladder")
+    ap.add_argument(
+        "--rungs",
+        default=",".join(RUNGS),
+        help=f"comma-separated, from {', '.join(RUNGS)} (#2 is always run: the reference)",
+    )
     args = ap.parse_args()
+    rungs = ["#2"] + [r for r in args.rungs.split(",") if r and r != "#2"]
+    unknown = sorted(set(rungs) - set(RUNGS))
+    if unknown:
+        ap.error(f"unknown rung(s) {', '.join(unknown)}; choose from {', '.join(RUNGS)}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -168,7 +190,7 @@ def main() -> None:
     procs = []
     try:
         cluster = bring_up(stack)
-        urls, procs = start_routers(stack.cluster_path, config, out)
+        urls, procs = start_routers(stack.cluster_path, config, out, rungs)
         cfg_name = json.loads(config.read_text())["name"]
         rows = asyncio.run(run(cluster, urls, cfg_name, questions, out))
     finally:

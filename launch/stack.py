@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -129,6 +130,8 @@ class Stack:
         # Children get SIGTERM if this process dies (kill -9 too); `moa-pd up --detach` clears it.
         self.die_with_parent = True
         self.models: dict[str, ModelPlan] = {}
+        # Worker URL -> (device, slots), filled by worker_specs (cluster.json's `devices`).
+        self.worker_devices: dict[str, tuple[str, int]] = {}
         self.shell_router_port = 0
 
     # --- planning --------------------------------------------------------------------------------
@@ -196,7 +199,19 @@ class Stack:
                 spec.cpus = cpus
                 # SGLang's CPU engine binds its OpenMP threads by this variable.
                 spec.env["SGLANG_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
+        for spec in specs:
+            self.worker_devices[spec.health_url.removesuffix("/health")] = self._device_of(spec)
         return specs
+
+    def _device_of(self, spec: ProcSpec) -> tuple[str, int]:
+        """(device name, slots) of a worker, for the router's warm-up gate: a GPU runs one busy
+        worker at full speed (kernels of different processes time-slice); CPU cores one each
+        (every worker runs one compute thread: OMP_NUM_THREADS=1)."""
+        if spec.cpus is not None:
+            return f"cpu:{','.join(map(str, spec.cpus))}", len(spec.cpus)
+        if "--base-gpu-id" in spec.argv:
+            return f"cuda:{spec.argv[spec.argv.index('--base-gpu-id') + 1]}", 1
+        return "cpu", len(os.sched_getaffinity(0))
 
     def router_specs(self) -> list[ProcSpec]:
         specs = []
@@ -254,9 +269,14 @@ class Stack:
             "backend": self.backend,
             "host": self.host,
             "models": {
-                n: {**m.cluster_entry(self.host, self.backend), "processes": self._processes(n)}
+                n: {
+                    **m.cluster_entry(self.host, self.backend),
+                    "processes": self._processes(n),
+                    **self._worker_devices(n),
+                }
                 for n, m in self.models.items()
             },
+            "devices": dict(self.worker_devices.values()),
             "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
             "warmup_verb": self.warmup_verb,
             "configs": self.config_paths,
@@ -266,6 +286,18 @@ class Stack:
                 else {}
             ),
         }
+
+    def _worker_devices(self, model: str) -> dict[str, list[str]]:
+        """{prefill_devices, decode_devices}: each worker's device, in the order of its URLs."""
+        m = self.models[model]
+        out = {}
+        for role, ports in (("prefill", m.prefill_ports), ("decode", m.decode_ports)):
+            devices = [
+                self.worker_devices.get(f"http://{self.host}:{port}", ("", 0))[0] for port in ports
+            ]
+            if all(devices):
+                out[f"{role}_devices"] = devices
+        return out
 
     def _processes(self, model: str) -> dict[str, dict]:
         """The model's started processes by URL, for the shell router's health watch."""

@@ -153,6 +153,10 @@ class AgentRunner:
             call.hold.release()  # whatever happened, this call no longer holds the gate
             if not finished:
                 await asyncio.shield(self.dep.abort(call))
+            # Close the stream now, not when it is collected: closing ends its decode worker's
+            # busy count on a shared device (router/compute_device.py).
+            if (aclose := getattr(call.stream, "aclose", None)) is not None:
+                await aclose()
         if (text := reader.final_text()) != apc[job.agent_id].text:
             apc.append(job.agent_id, [], [], text)
         meta = reader.meta

@@ -70,14 +70,24 @@ class ModelDeployment(_Tolerant):
     priority_scheduling: bool = False
     # By URL (a worker's or the native router's): what the launcher knows of its process.
     processes: dict[str, ProcessInfo] = {}
+    # The compute device (a key of ClusterSpec.devices) each worker runs on, one per URL; empty
+    # when unknown (then a worker shares nothing as far as the warm-up gate knows).
+    prefill_devices: list[str] = []
+    decode_devices: list[str] = []
 
     @model_validator(mode="after")
     def _ports_match(self) -> ModelDeployment:
-        if self.bootstrap_ports and len(self.bootstrap_ports) != len(self.prefill_urls):
-            raise ValueError(
-                f"{len(self.bootstrap_ports)} bootstrap_ports for {len(self.prefill_urls)} "
-                "prefill_urls; give one port (or null) per prefill worker"
-            )
+        for key, urls in (
+            ("bootstrap_ports", self.prefill_urls),
+            ("prefill_devices", self.prefill_urls),
+            ("decode_devices", self.decode_urls),
+        ):
+            given = getattr(self, key)
+            if given and len(given) != len(urls):
+                raise ValueError(
+                    f"{len(given)} {key} for {len(urls)} workers; give one per worker "
+                    "(in the order of the URLs) or none"
+                )
         return self
 
     def bootstrap_port(self, index: int) -> int | None:
@@ -97,8 +107,28 @@ class ClusterSpec(_Tolerant):
     # (benchmarks compare the two on the same workers).
     priority_scheduling: bool | None = None
     # The router's own isolation of warm-ups (router/prefill_gate.py); off only to measure what
-    # it buys (experiments/bench_overlap.py --ladder).
+    # it buys (experiments/bench_gate_ladder.py).
     warmup_gate: bool = True
+    # Compute devices the workers share, by name: how many busy workers each runs at full speed
+    # (its cores on a CPU, 1 on a GPU). With `warmup_gate_scope` "device" a warm-up also waits
+    # until its prefill worker fits beside the device's busy workers (router/compute_device.py);
+    # "worker" looks at the prefill worker alone (the gate before issue 19).
+    devices: dict[str, int] = {}
+    warmup_gate_scope: Literal["worker", "device"] = "device"
+
+    @model_validator(mode="after")
+    def _devices_known(self) -> ClusterSpec:
+        for name, m in self.models.items():
+            unknown = sorted(set(m.prefill_devices + m.decode_devices) - set(self.devices))
+            if unknown:
+                raise ValueError(
+                    f"models.{name} names device(s) {', '.join(unknown)} that `devices` does "
+                    "not list; add them with their slot counts"
+                )
+        bad = sorted(d for d, slots in self.devices.items() if slots < 1)
+        if bad:
+            raise ValueError(f"devices {', '.join(bad)}: slots must be at least 1")
+        return self
 
     def sends_priority(self, model: str) -> bool:
         if self.priority_scheduling is not None:

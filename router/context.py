@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from router.cluster import ClusterSpec
+from router.compute_device import ComputeDevice
 from router.config import TopologyConfig
 from router.health_watch import HealthWatch
 from router.metrics import RouterMetrics
@@ -38,6 +39,10 @@ class RouterContext:
         self.health = HealthWatch(cluster, timeout_s=cluster.timeouts.health_probe_s)
         self.client = SGLangClient(session, cluster.timeouts.connect_s, cluster.timeouts.read_s)
         rng = random.Random(seed)
+        scoped = cluster.warmup_gate and cluster.warmup_gate_scope == "device"
+        self.devices = (
+            {d: ComputeDevice(d, slots) for d, slots in cluster.devices.items()} if scoped else {}
+        )
         self.deployments = {
             name: Deployment(
                 name,
@@ -49,6 +54,7 @@ class RouterContext:
                 (P.PRIORITY_CRITICAL, P.PRIORITY_WARMUP) if cluster.sends_priority(name) else None,
                 gate=cluster.warmup_gate,
                 is_down=self.health.is_down,
+                devices=self.devices,
             )
             for name, spec in cluster.models.items()
         }

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
 from router.cluster import ModelDeployment, Timeouts
+from router.compute_device import ComputeDevice
 from router.prefill_gate import CriticalHold, PrefillGate, hold
 from router.sglang_client import SGLangClient
 from sglang_ext import protocol as P
@@ -76,10 +77,12 @@ class Deployment:
         priorities: tuple[int, int] | None = None,
         gate: bool = True,
         is_down: Callable[[str], bool] = lambda url: False,
+        devices: dict[str, ComputeDevice] | None = None,
     ) -> None:
         """`priorities` = (critical, warm-up) values of SGLang's `priority` field, sent only
         when the workers schedule by priority (else SGLang may refuse the field). `is_down(url)`:
-        the health watch's verdict on a worker, so that no abort waits on a hung one."""
+        the health watch's verdict on a worker, so that no abort waits on a hung one. `devices`:
+        the shared compute devices by name (empty: each gate looks at its own worker only)."""
         self.name, self.spec, self._client, self._t = name, spec, client, timeouts
         self._is_down = is_down
         self._warmup_verb = warmup_verb
@@ -87,6 +90,14 @@ class Deployment:
         # Without the gate (measurements only) nothing waits: any number of warm-ups in flight.
         cap = 1 if gate else 1 << 30
         self._gates = [PrefillGate(cap, enforce_critical=gate) for _ in spec.prefill_urls]
+        devices = devices or {}
+        for url, g, d in zip(spec.prefill_urls, self._gates, spec.prefill_devices):
+            if d in devices:
+                devices[d].attach(url, g)
+        # Decode workers by URL -> their device, to count their open streams as busy.
+        self._decode_devices = {
+            url: devices[d] for url, d in zip(spec.decode_urls, spec.decode_devices) if d in devices
+        }
         self._rng = rng or random.Random()
         self._decode_rr = itertools.cycle(range(len(spec.decode_urls)))
         slots = [(i, r) for i in range(len(spec.prefill_urls)) for r in range(spec.prefill_dp_size)]
@@ -165,7 +176,10 @@ class Deployment:
         body = self._with_priority(body, critical=True)
         stream = self._client.stream(f"{self.spec.router_url}/generate", body, "router")
         urls = self.spec.prefill_urls + self.spec.decode_urls
-        return PDCall(body[P.RID], _releasing(stream, held), urls, held)
+        # The native router picks the decode worker: count the stream on every one of the model
+        # (exact with one decode worker; with more it keeps warm-ups back a little too often).
+        stream = self._decoding(_releasing(stream, held), self.spec.decode_urls)
+        return PDCall(body[P.RID], stream, urls, held)
 
     def dual(self, body: dict, target: PrefillTarget) -> PDCall:
         """The final PD request of a successor: the same JSON to its prefill worker and to a
@@ -180,7 +194,9 @@ class Deployment:
         held = hold([self.gate(target)])
         # The stream fills `reply` in place once the prefill worker replied.
         reply = PrefillReply()
-        stream = self._dual_stream(body, target.url, decode_url, reply, held)
+        stream = self._decoding(
+            self._dual_stream(body, target.url, decode_url, reply, held), [decode_url]
+        )
         return PDCall(body[P.RID], stream, [target.url, decode_url], held, reply)
 
     async def _dual_stream(
@@ -226,6 +242,21 @@ class Deployment:
                 # The generator must stop running before it can be closed.
                 await asyncio.wait(pending)
             await decode.aclose()
+
+    async def _decoding(
+        self, stream: AsyncIterator[dict], decode_urls: list[str]
+    ) -> AsyncIterator[dict]:
+        """`stream`, with its decode worker(s) counted busy on their device while it is open."""
+        devices = [(u, self._decode_devices[u]) for u in decode_urls if u in self._decode_devices]
+        for url, device in devices:
+            device.decode_started(url)
+        try:
+            async for chunk in stream:
+                yield chunk
+        finally:
+            for url, device in devices:
+                device.decode_ended(url)
+            await stream.aclose()
 
     async def abort(self, call: PDCall) -> None:
         call.hold.release()

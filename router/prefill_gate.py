@@ -10,7 +10,8 @@ worker-side priority (the `priority` field) stays as a second line.
 
 A critical hold lasts from sending the request until its prefill is known to be over (the prefill
 worker's reply, or the first token). One gate per prefill worker, shared by every session of a
-router process (owned by `Deployment`).
+router process (owned by `Deployment`). Where the worker shares a device with other workers
+(router/compute_device.py), the gate also waits for a free slot on that device.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from router.compute_device import ComputeDevice
 
 
 class CriticalHold:
@@ -46,6 +51,9 @@ class PrefillGate:
         self._critical = 0
         self._warmups = 0
         self._waiters: list[asyncio.Future] = []
+        # Set by ComputeDevice.attach when the worker shares a device with others.
+        self.device: ComputeDevice | None = None
+        self.url = ""
 
     @property
     def critical(self) -> int:
@@ -56,8 +64,13 @@ class PrefillGate:
         return self._warmups
 
     def is_open(self) -> bool:
-        clear = self._critical == 0 or not self.enforce_critical
-        return clear and self._warmups < self.max_warmups_in_flight
+        if not self.enforce_critical:
+            return self._warmups < self.max_warmups_in_flight
+        return (
+            self._critical == 0
+            and self._warmups < self.max_warmups_in_flight
+            and (self.device is None or self.device.admits_warmup(self.url))
+        )
 
     def try_enter(self) -> bool:
         """Take a warm-up slot if the gate is open; pair with `leave`."""
@@ -87,6 +100,13 @@ class PrefillGate:
             self.leave()
 
     def _changed(self) -> None:
+        if self.device is not None:
+            self.device.notify()  # wakes this gate too
+        else:
+            self.wake()
+
+    def wake(self) -> None:
+        """Resolve the waiters of `wait_change`."""
         waiters, self._waiters = self._waiters, []
         for fut in waiters:
             if not fut.done():

@@ -238,3 +238,31 @@ def test_priority_scheduling_in_server_args_makes_the_router_send_priority(tmp_p
         # A cluster-wide value overrides what the workers run with (benchmark ladders).
         forced = cluster.model_copy(update={"priority_scheduling": not expected})
         assert forced.sends_priority(name) is (not expected)
+
+
+def test_cluster_names_each_workers_compute_device(tmp_path):
+    """cluster.json tells the router's warm-up gate which workers share a device: unpinned CPU
+    workers share the cores; pinned ones each have their own; a config naming an unknown device
+    is refused."""
+    import os
+
+    from router.cluster import ClusterSpec
+
+    cfg = load_config("tree_3_1_cpu")
+    (name,) = cfg.models
+    for pin, expected in ((False, ["cpu", "cpu"]), (True, None)):
+        stack = Stack([cfg], [], "torch", tmp_path, pin_cpus=pin)
+        stack.plan()
+        stack.worker_specs()
+        cluster = ClusterSpec.model_validate(stack.cluster())
+        m = cluster.models[name]
+        devices = m.prefill_devices + m.decode_devices
+        if expected:
+            assert devices == expected
+            assert cluster.devices == {"cpu": len(os.sched_getaffinity(0))}
+        else:
+            assert len(set(devices)) == 2 and all(d.startswith("cpu:") for d in devices)
+        assert cluster.warmup_gate_scope == "device"
+    bad = {**stack.cluster(), "devices": {}}
+    with pytest.raises(ValueError, match="does not list"):
+        ClusterSpec.model_validate(bad)

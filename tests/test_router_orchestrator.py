@@ -327,3 +327,37 @@ async def test_memory_stays_flat_over_1000_questions(smollm_tokenizer_path):  # 
             assert not w.active
     finally:
         await cluster.close()
+
+
+@pytest.mark.parametrize("slots", [1, 2])
+async def test_a_shared_device_keeps_warmups_off_busy_decoding(
+    smollm_tokenizer_path,  # noqa: F811
+    slots,
+):
+    """Prefill and decode workers on one device (router/compute_device.py). With one slot the
+    decoding leaves fill it, so the successor is never warmed while they decode; with two a
+    warm-up fits beside them. Outputs are the same either way, and no busy count leaks."""
+    cluster = await start_fake_cluster(smollm_tokenizer_path, **FAST)
+    m = cluster.spec.models["smollm2"]
+    spec = cluster.spec.model_copy(
+        update={
+            "devices": {"gpu0": slots},
+            "models": {
+                "smollm2": m.model_copy(
+                    update={"prefill_devices": ["gpu0"], "decode_devices": ["gpu0"]}
+                )
+            },
+        }
+    )
+    cfg = tree_config(max_new_tokens=24)
+    try:
+        async with RouterContext.open(spec) as ctx:
+            piped = await run(ctx, cfg, "pipelined")
+            blocked = await run(ctx, cfg, "blocking")
+            assert ctx.devices["gpu0"].busy_workers() == set()
+        for agent, t in piped.trace.items():
+            assert t["output_ids"] == blocked.trace[agent]["output_ids"], agent
+        (warmups,) = [t["warmups"] for t in piped.trace.values() if t["slot_order"]]
+        assert warmups == 0 if slots == 1 else warmups >= 1
+    finally:
+        await cluster.close()
