@@ -31,8 +31,9 @@ from pathlib import Path
 import numpy as np
 
 from experiments.bench_meta import BenchRun, provenance
-from experiments.bench_overlap import log, median_ci
+from experiments.bench_overlap import log
 from experiments.datasets import load_questions
+from experiments.paired_stats import median_ci
 from experiments.prompts import build_question_prompt
 from experiments.router_client import RouterClient
 from experiments.run import flush_worker_caches

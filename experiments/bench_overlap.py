@@ -25,11 +25,10 @@ import os
 import time
 from pathlib import Path
 
-import numpy as np
-
 from experiments.bench_meta import BenchRun, cpu_device, provenance
 from experiments.critical_path import median_breakdown, overlap_gain
 from experiments.datasets import Question, load_questions
+from experiments.paired_stats import median_ci
 from experiments.prompts import build_question_prompt
 from experiments.results import ResultRow, ResultsWriter, read_results
 from experiments.router_client import RouterClient
@@ -101,14 +100,6 @@ def paired(rows: list[ResultRow], metric) -> list[float]:
         if s == 3 and r2 is not None and (m2 := metric(r2)) and (m3 := metric(r3)) is not None:
             out.append(m3 / m2)
     return out
-
-
-def median_ci(xs: list[float], reps: int = 10000, seed: int = 0) -> tuple[float, float, float]:
-    """Median and its 95% percentile-bootstrap interval."""
-    a = np.asarray(xs, dtype=np.float64)
-    rng = np.random.default_rng(seed)
-    meds = np.median(rng.choice(a, size=(reps, a.size), replace=True), axis=1)
-    return float(np.median(a)), float(np.percentile(meds, 2.5)), float(np.percentile(meds, 97.5))
 
 
 def last_leaf_end(r: ResultRow) -> float | None:

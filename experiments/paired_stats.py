@@ -1,15 +1,15 @@
 """Uncertainty of paired comparisons between two settings on the same questions: a percentile
 bootstrap CI of a statistic over per-question values, and McNemar's exact test for paired
-correct/incorrect outcomes. numpy and the standard library only; called by experiments.summary
-and the benchmark scripts."""
+correct/incorrect outcomes. Thin wrappers over scipy.stats (`bootstrap`, `binomtest`) that fix
+the seed and the conventions; called by experiments.summary and the benchmark scripts."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
 import numpy as np
+from scipy import stats
 
 # Fixed so a summary recomputed from the same rows gives the same interval.
 BOOTSTRAP_SEED = 20251125
@@ -18,22 +18,35 @@ BOOTSTRAP_RESAMPLES = 10_000
 
 def bootstrap_ci(
     values: Sequence[float],
-    stat: Callable[[np.ndarray], np.ndarray] = lambda a: np.median(a, axis=-1),
+    stat: Callable[..., np.ndarray] = np.median,
     level: float = 0.95,
     resamples: int = BOOTSTRAP_RESAMPLES,
     seed: int = BOOTSTRAP_SEED,
 ) -> tuple[float, float] | None:
-    """Percentile bootstrap interval of `stat` (vectorized over the last axis) over `values`,
-    resampling questions with replacement. None with fewer than 2 values (no spread to see)."""
+    """Percentile bootstrap interval of `stat` over `values`, resampling questions with
+    replacement. `stat(x, axis=-1)` must reduce along `axis` (numpy's reductions do). None with
+    fewer than 2 values (no spread to see)."""
     x = np.asarray(values, dtype=np.float64)
     if x.size < 2:
         return None
-    rng = np.random.default_rng(seed)
-    samples = x[rng.integers(0, x.size, size=(resamples, x.size))]
-    stats = stat(samples)
-    alpha = (1.0 - level) / 2.0
-    lo, hi = np.quantile(stats, [alpha, 1.0 - alpha])
-    return float(lo), float(hi)
+    res = stats.bootstrap(
+        (x,),
+        stat,
+        confidence_level=level,
+        n_resamples=resamples,
+        method="percentile",
+        vectorized=True,
+        random_state=np.random.default_rng(seed),
+    )
+    return float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def median_ci(values: Sequence[float]) -> tuple[float, float, float]:
+    """(median, low, high): the median with its 95% percentile-bootstrap interval (the
+    interval is the median itself, twice, with fewer than 2 values)."""
+    m = float(np.median(np.asarray(values, dtype=np.float64)))
+    lo, hi = bootstrap_ci(values) or (m, m)
+    return m, lo, hi
 
 
 class McNemar(NamedTuple):
@@ -44,7 +57,8 @@ class McNemar(NamedTuple):
 
 
 def mcnemar(a: Sequence[bool], b: Sequence[bool]) -> McNemar:
-    """McNemar's exact test on paired outcomes a[i], b[i] of the same questions."""
+    """McNemar's exact test on paired outcomes a[i], b[i] of the same questions: a two-sided
+    binomial test of the discordant pairs against p = 1/2."""
     if len(a) != len(b):
         raise ValueError("paired outcomes need one entry per question in both lists")
     only_a = sum(1 for x, y in zip(a, b) if x and not y)
@@ -52,6 +66,5 @@ def mcnemar(a: Sequence[bool], b: Sequence[bool]) -> McNemar:
     n = only_a + only_b
     if n == 0:
         return McNemar(len(a), 0, 0, 1.0)
-    k = min(only_a, only_b)
-    tail = sum(math.comb(n, i) for i in range(k + 1)) / 2.0**n
-    return McNemar(len(a), only_a, only_b, min(1.0, 2.0 * tail))
+    p = stats.binomtest(only_a, n, 0.5, alternative="two-sided").pvalue
+    return McNemar(len(a), only_a, only_b, float(min(1.0, p)))

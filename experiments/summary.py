@@ -168,7 +168,7 @@ def paired_comparison(
 
 
 def _ci_mean(values: Sequence[float]) -> list[float] | None:
-    ci = bootstrap_ci(values, stat=lambda a: np.mean(a, axis=-1))
+    ci = bootstrap_ci(values, stat=np.mean)
     return list(ci) if ci else None
 
 
