@@ -29,11 +29,19 @@ class PlacementOptions:
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> PlacementOptions:
         return cls(
-            args.gpus, args.gpu_policy, args.concurrency, args.question_tokens, args.gpu_memory
+            args.gpus,
+            args.gpu_policy,
+            args.concurrency,
+            args.question_tokens,
+            getattr(args, "gpu_memory", None),
         )
 
 
-def add_placement_args(p: argparse.ArgumentParser, concurrency: bool = True) -> None:
+def add_placement_args(
+    p: argparse.ArgumentParser, concurrency: bool = True, assumed: bool = True
+) -> None:
+    """--gpus, --gpu-policy, --question-tokens; --concurrency (unless the command has its own)
+    and --gpu-memory (assumed GPUs, only where nothing is started: plan, up --dry-run)."""
     p.add_argument("--gpus", help="use only these GPUs (nvidia-smi indices), e.g. 0,1")
     p.add_argument(
         "--gpu-policy",
@@ -51,6 +59,8 @@ def add_placement_args(p: argparse.ArgumentParser, concurrency: bool = True) -> 
         default=DEFAULT_QUESTION_TOKENS,
         help=f"tokens allowed for a question in a prompt (default {DEFAULT_QUESTION_TOKENS})",
     )
+    if not assumed:
+        return
     p.add_argument(
         "--gpu-memory",
         metavar="NxMEM",

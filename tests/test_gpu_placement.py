@@ -366,3 +366,24 @@ def test_up_dry_run_prints_the_plan_and_starts_nothing(pair_8b, tmp_path, monkey
     assert not run_dir.exists()
     assert main([*argv, "--gpu-memory", "1x24GiB", "--concurrency", "64"]) == 2
     assert "does not fit" in capsys.readouterr().err
+
+
+def test_the_microbench_packs_its_workers_onto_one_gpu(tmp_path, monkeypatch):
+    """`moa-pd microbench --backend sglang` on one GPU: its four workers share it in turns, each
+    with the benchmark's own pool."""
+    from experiments.microbench_deploy import Deployment, worker_spec
+
+    fake_nvidia_smi(monkeypatch, tmp_path, 1, free_mib=140000)
+    model = qwen3_dir(tmp_path, "qwen3-4b")
+    dep = Deployment(model, "127.0.0.1", 2048, tmp_path / "logs", backend="sglang")
+    names = ["pd.prefill", "pd.decode", "dp0", "dp1"]
+    placed = dep._placements(names)
+    assert sorted(w.turn for w in placed.values()) == [0, 1, 2, 3]
+    assert {w.gpus for w in placed.values()} == {(0,)}
+    spec = worker_spec("dp1", model, "null", "127.0.0.1", dep.args, "sglang", placed=placed["dp1"])
+    argv = spec.argv
+    assert argv[argv.index("--max-total-tokens") + 1] == str(dep.args["max_total_tokens"])
+    assert "--device" not in argv and "--mem-fraction-static" in argv
+    fake_nvidia_smi(monkeypatch, tmp_path, 1, free_mib=20000)
+    with pytest.raises(LaunchError, match="does not fit"):
+        dep._placements(names)
