@@ -11,7 +11,7 @@ from rich.console import Console
 from launch.procs import LaunchError
 from planning.deployment import ModelToPlace, plan_deployment
 from planning.model_memory import ModelConfigError
-from planning.pack import PlanError
+from planning.pack import HEADROOM_MIB, PlanError
 from planning.pool_need import DEFAULT_QUESTION_TOKENS
 from planning.table import placement_tables
 from planning.types import POLICIES, Placement, Policy
@@ -25,6 +25,7 @@ class PlacementOptions:
     concurrency: int = 1
     question_tokens: int = DEFAULT_QUESTION_TOKENS
     gpu_memory: str | None = None  # "2x80GiB": plan for assumed GPUs instead of nvidia-smi's
+    headroom_mib: int = HEADROOM_MIB  # per worker and GPU, beyond weights and pool
 
     @classmethod
     def from_args(cls, args: argparse.Namespace) -> PlacementOptions:
@@ -34,6 +35,7 @@ class PlacementOptions:
             args.concurrency,
             args.question_tokens,
             getattr(args, "gpu_memory", None),
+            args.gpu_headroom_mib,
         )
 
 
@@ -59,6 +61,13 @@ def add_placement_args(
         default=DEFAULT_QUESTION_TOKENS,
         help=f"tokens allowed for a question in a prompt (default {DEFAULT_QUESTION_TOKENS})",
     )
+    p.add_argument(
+        "--gpu-headroom-mib",
+        type=int,
+        default=HEADROOM_MIB,
+        help="memory per worker and GPU beyond weights and KV pool: CUDA context and graphs, "
+        f"activations (default {HEADROOM_MIB})",
+    )
     if not assumed:
         return
     p.add_argument(
@@ -82,7 +91,13 @@ def placement_for(configs: list[TopologyConfig], opts: PlacementOptions) -> Plac
     ]
     try:
         return plan_deployment(
-            models, configs, gpus, opts.policy, opts.concurrency, opts.question_tokens
+            models,
+            configs,
+            gpus,
+            opts.policy,
+            opts.concurrency,
+            opts.question_tokens,
+            opts.headroom_mib,
         )
     except (PlanError, ModelConfigError) as e:
         raise LaunchError(str(e)) from None

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planning.model_memory import ModelConfigError, model_memory
-from planning.pack import PlanError, choose_tp, place
+from planning.pack import HEADROOM_MIB, PlanError, choose_tp, place
 from planning.pool_need import DEFAULT_QUESTION_TOKENS, pool_needs
 from planning.types import GPU, Placement, Policy, WorkerDemand
 from router.config import ModelSpec, TopologyConfig
@@ -25,6 +25,7 @@ def worker_demands(
     gpus: list[GPU],
     concurrency: int = 1,
     question_tokens: int = DEFAULT_QUESTION_TOKENS,
+    headroom_mib: int = HEADROOM_MIB,
 ) -> list[WorkerDemand]:
     """Every prefill and decode replica of every model, with its tp (the config's tp_size, else
     the smallest that fits one of `gpus`)."""
@@ -50,7 +51,7 @@ def worker_demands(
                 d = WorkerDemand(
                     m.name, role, i, 1, mem.weights_bytes, mem.kv_bytes_per_token, pool
                 )
-                tp = int(args.get("tp_size", 0)) or choose_tp(d, gpus)
+                tp = int(args.get("tp_size", 0)) or choose_tp(d, gpus, headroom_mib)
                 demands.append(replace(d, tp=tp))
     return demands
 
@@ -62,9 +63,12 @@ def plan_deployment(
     policy: Policy = "pack",
     concurrency: int = 1,
     question_tokens: int = DEFAULT_QUESTION_TOKENS,
+    headroom_mib: int = HEADROOM_MIB,
 ) -> Placement:
     """The placement of every worker on `gpus`, or PlanError naming what does not fit."""
     if concurrency < 1:
         raise PlanError(f"--concurrency must be at least 1, got {concurrency}")
-    demands = worker_demands(models, configs, gpus, concurrency, question_tokens)
-    return place(demands, gpus, policy, concurrency)
+    if headroom_mib < 0:
+        raise PlanError(f"--gpu-headroom-mib must be >= 0, got {headroom_mib}")
+    demands = worker_demands(models, configs, gpus, concurrency, question_tokens, headroom_mib)
+    return place(demands, gpus, policy, concurrency, headroom_mib)

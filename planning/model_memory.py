@@ -50,6 +50,12 @@ def config_dir(model_path: str) -> Path:
     cached = try_to_load_from_cache(model_path, "config.json")
     if isinstance(cached, str):
         return Path(cached).parent
+    from sglang_ext.engine.model_store import resolve_model_path
+
+    try:  # an embedded model's name ("smollm2-135m"), converted once into the local cache
+        return Path(resolve_model_path(model_path))
+    except (FileNotFoundError, ValueError):
+        pass
     raise ModelConfigError(
         f"model '{model_path}' is an HF id whose config.json is not in the local HF cache, so "
         f"its memory cannot be planned: run `huggingface-cli download {model_path} config.json` "

@@ -9,9 +9,12 @@ from dataclasses import replace
 from planning.types import GPU, MIB, Placement, Policy, WorkerDemand, WorkerPlacement
 
 # Per GPU and worker (each TP rank), memory beyond weights and KV pool: the CUDA context
-# (~0.5 GiB), CUDA graphs (~0.5-1.5 GiB at SGLang's default batch sizes), a prefill chunk's
-# activations (~1 GiB for a 32B model at 8k tokens), NCCL buffers under TP, and allocator slack.
-HEADROOM_MIB = 4096
+# (~0.5 GiB), CUDA graphs, a prefill chunk's activations (~1 GiB for a 32B model at 8k tokens),
+# NCCL buffers under TP, allocator slack. An estimate, not a measurement (`--gpu-headroom-mib`
+# changes it): SGLang's own default fraction leaves more on an 80 GB card, sized for CUDA graphs
+# of batches far larger than a MoA deployment runs. A pool that comes up short fails the start
+# (launch.pool_check); an out-of-memory while capturing CUDA graphs shows in the worker's log.
+HEADROOM_MIB = 6144
 # SGLang measures "free at start" after its own CUDA context (and NCCL, under TP) exists.
 CUDA_CONTEXT_MIB = 768
 # What loading adds beyond the weights (temporary buffers, RoPE caches, cuBLAS workspaces) that

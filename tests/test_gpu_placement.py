@@ -90,10 +90,12 @@ def pair_8b(tmp_path_factory) -> str:
     return str(path)
 
 
-def plan(config_path: str, gpus, policy="pack", concurrency=1):
+def plan(config_path: str, gpus, policy="pack", concurrency=1, headroom_mib=HEADROOM_MIB):
     from planning.commands import PlacementOptions, placement_for
 
-    opts = PlacementOptions(policy=policy, concurrency=concurrency, gpu_memory=gpus)
+    opts = PlacementOptions(
+        policy=policy, concurrency=concurrency, gpu_memory=gpus, headroom_mib=headroom_mib
+    )
     return placement_for([load_config(config_path)], opts)
 
 
@@ -218,6 +220,9 @@ def test_the_hetero_tree_fits_four_gpus(hetero):
         assert p.used_mib(g.index) <= g.free_mib
         on = sorted(w.turn for w in p.workers if g.index in w.gpus)
         assert on == list(range(len(on)))  # one after the other
+    # With 20 GiB of headroom per worker the 32B model no longer fits an 80 GiB GPU.
+    with pytest.raises(LaunchError, match="model 'qwen3vl-32b'.*headroom 20,000"):
+        plan(hetero, "4x80GiB", headroom_mib=20000)
 
 
 def test_tensor_parallel_for_a_model_bigger_than_one_gpu(tmp_path):
