@@ -220,8 +220,10 @@ def test_the_hetero_tree_fits_four_gpus(hetero):
         assert p.used_mib(g.index) <= g.free_mib
         on = sorted(w.turn for w in p.workers if g.index in w.gpus)
         assert on == list(range(len(on)))  # one after the other
-    # With 20 GiB of headroom per worker the 32B model no longer fits an 80 GiB GPU.
-    with pytest.raises(LaunchError, match="model 'qwen3vl-32b'.*headroom 20,000"):
+    # With 20 GiB of headroom per worker the 32B model needs two GPUs, and 4 GPUs are too few.
+    roomy = plan(hetero, "8x80GiB", headroom_mib=20000)
+    assert {w.demand.tp for w in roomy.workers if w.demand.model == "qwen3vl-32b"} == {2}
+    with pytest.raises(LaunchError, match="does not fit.*headroom 20,000"):
         plan(hetero, "4x80GiB", headroom_mib=20000)
 
 
