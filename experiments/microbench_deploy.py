@@ -165,7 +165,7 @@ class Deployment:
             return dict.fromkeys(names)
         mem = model_memory(self.model_dir)
         pool = self.args["max_total_tokens"]
-        demands = [
+        demands = [  # one "model" per worker name, so each placement is found by its name
             WorkerDemand(n, "worker", 0, 1, mem.weights_bytes, mem.kv_bytes_per_token, pool)
             for n in names
         ]

@@ -225,8 +225,8 @@ class Stack:
         specs = self.worker_specs()
         if self.placement is None:
             return [specs]
-        turn = {w.name: w.turn for w in self.placement.workers}
-        return [[s for s in specs if turn[s.name] == t] for t in sorted(set(turn.values()))]
+        by_name = {s.name: s for s in specs}
+        return [[by_name[w.name] for w in turn] for turn in self.placement.turns()]
 
     def router_specs(self) -> list[ProcSpec]:
         specs = []
