@@ -100,7 +100,8 @@ def place(
 def mem_fraction_static(d: WorkerDemand, pool_tokens: int, free_at_start: int) -> float:
     """SGLang's --mem-fraction-static for a worker that sees free_at_start bytes free.
 
-    SGLang (model_runner.py, profile_max_num_token, 0.5.17 and 0.5.23 alike) gives the pool
+    SGLang (model_runner.py's profile_max_num_token in 0.5.x; profile_available_bytes in later
+    sources, the same formula) gives the pool
     rest = free_after_loading - free_at_start * (1 - fraction) bytes, i.e.
     free_at_start * fraction - weights - what loading allocated; --max-total-tokens then caps it.
     So this fraction, with LOAD_SLACK for the loading, leaves room for exactly the planned pool

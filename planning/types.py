@@ -52,7 +52,7 @@ class WorkerPlacement:
     gpus: tuple[int, ...]  # nvidia-smi indices, one per TP rank
     pool_tokens: int  # the pool it is started with (>= demand.pool_tokens)
     turn: int  # start order: turn k starts once every worker of turns < k is healthy
-    mem_fraction_static: float  # SGLang's fraction for its turn (planning.sglang_pool)
+    mem_fraction_static: float  # SGLang's, for its turn (pack.mem_fraction_static)
 
     @property
     def name(self) -> str:
