@@ -14,7 +14,10 @@ import urllib.request
 from pathlib import Path
 
 from launch.procs import LaunchError, Proc, ProcSpec, free_port, start, stop_groups, wait_healthy
-from launch.worker_cmd import router_argv, worker_argv
+from launch.worker_cmd import placement_flags, router_argv, worker_argv
+from planning.model_memory import model_memory
+from planning.pack import PlanError, place
+from planning.types import WorkerDemand, WorkerPlacement
 from router.config import ModelSpec
 from sglang_ext.sglang_backend import cpu
 
@@ -48,14 +51,16 @@ def worker_spec(
     server_args: dict[str, int | str],
     backend: str = "torch",
     gpu_id: int | None = None,
+    placed: WorkerPlacement | None = None,
 ) -> ProcSpec:
     """One worker of `backend`: "torch" (the reference engine) or "sglang" (real SGLang: on
     `gpu_id`, or without one on SGLang's CPU path with the flags and environment `moa-pd up
-    --backend sglang` gives it there; those fix its KV pool at cpu.py's size)."""
+    --backend sglang` gives it there; those fix its KV pool at cpu.py's size). placed: its
+    GPU placement (planning/), whose pool and GPU flags come last and win."""
     port = free_port(host)
     bport = free_port(host) if role == "prefill" else None
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    sglang_cpu = backend == "sglang" and gpu_id is None
+    sglang_cpu = backend == "sglang" and gpu_id is None and placed is None
     if sglang_cpu:
         server_args = {k: v for k, v in server_args.items() if k != "max_total_tokens"}
     spec = ModelSpec(model_path=model_dir, server_args={backend: server_args})
@@ -63,6 +68,10 @@ def worker_spec(
     if sglang_cpu:
         argv += cpu.worker_flags(role)
         env.update(cpu.worker_env(role))
+    if placed is not None:
+        flags, gpu_env = placement_flags(placed)
+        argv += flags
+        env.update(gpu_env)
     return ProcSpec(
         name,
         argv,
@@ -147,13 +156,24 @@ class Deployment:
         """Where requests go: the PD router and the replicas that were started."""
         return [u for u in (self.router_url, *self.dp_urls, *self.dp_chunked_urls) if u]
 
-    def _gpu_ids(self, n: int) -> list[int | None]:
-        """One GPU per worker for SGLang where there are GPUs; None: the CPU (either engine)."""
-        from launch.gpus import assign_gpus, free_memory_by_gpu, has_nvidia_gpus
+    def _placements(self, names: list[str]) -> dict[str, WorkerPlacement | None]:
+        """SGLang where there are GPUs: the workers packed onto them by memory (planning/),
+        each with the pool the benchmark sets; None: the CPU (either engine)."""
+        from launch.gpus import has_nvidia_gpus, query_gpus
 
-        if self.backend == "sglang" and has_nvidia_gpus():
-            return list(assign_gpus(n, free_memory_by_gpu()))
-        return [None] * n
+        if self.backend != "sglang" or not has_nvidia_gpus():
+            return dict.fromkeys(names)
+        mem = model_memory(self.model_dir)
+        pool = self.args["max_total_tokens"]
+        demands = [  # one "model" per worker name, so each placement is found by its name
+            WorkerDemand(n, "worker", 0, 1, mem.weights_bytes, mem.kv_bytes_per_token, pool)
+            for n in names
+        ]
+        try:
+            plan = place(demands, query_gpus())
+        except PlanError as e:
+            raise LaunchError(str(e)) from None
+        return {w.demand.model: w for w in plan.workers}
 
     def up(self) -> None:
         h, a, v = self.host, self.args, self.variants
@@ -165,20 +185,31 @@ class Deployment:
         if "dp2_chunked" in v:
             chunked_args = {**a, "chunked_prefill_size": DP_CHUNK_TOKENS}
             groups["chunked"] = [(f"dp_chunked{i}", "null", chunked_args) for i in range(2)]
-        gpus = iter(self._gpu_ids(sum(map(len, groups.values()))))
+        placed = self._placements([name for rows in groups.values() for name, _, _ in rows])
         specs = {
             g: [
-                worker_spec(name, self.model_dir, role, h, args, self.backend, next(gpus))
+                worker_spec(name, self.model_dir, role, h, args, self.backend, placed=placed[name])
                 for name, role, args in rows
             ]
             for g, rows in groups.items()
         }
-        # All workers load their weights at once; the chunked pair is waited for on its own, so
-        # an engine without chunked prefill skips that variant instead of failing the run.
-        started = {g: [start(s, self.log_dir) for s in group] for g, group in specs.items()}
-        self.procs += [p for group in started.values() for p in group]
+        # Workers load their weights at once, except those sharing a GPU: one turn after another
+        # (each sizes its pool from the memory free at its start). The chunked pair is waited for
+        # on its own, so an engine without chunked prefill skips that variant instead of failing.
+        turn = {n: (w.turn if w else 0) for n, w in placed.items()}
+        started: dict[str, list[Proc]] = {g: [] for g in specs}
+        for t in sorted(set(turn.values())):
+            now = {
+                g: [start(s, self.log_dir) for s in grp if turn[s.name] == t]
+                for g, grp in specs.items()
+            }
+            self.procs += [p for group in now.values() for p in group]
+            for g, procs in now.items():
+                started[g] += procs
+            if t < max(turn.values()):  # a later turn needs this one loaded
+                wait_healthy([p for group in now.values() for p in group], self.timeout)
         wait_healthy(started.get("pd", []) + started.get("dp", []), self.timeout)
-        if "chunked" in started:
+        if started.get("chunked"):
             try:
                 wait_healthy(started["chunked"], self.timeout)
                 self.dp_chunked_urls = [base_url(s) for s in specs["chunked"]]

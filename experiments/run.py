@@ -8,7 +8,7 @@ import json
 import logging
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import aiohttp
@@ -20,6 +20,7 @@ from experiments.router_client import GraphRunError, RouterClient
 from experiments.scoring import score
 from experiments.settings import Setting
 from experiments.single_model import single_model_configs
+from planning.commands import PlacementOptions
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,9 @@ class RunSpec:
     # A failed sample whose deployment is down stops the run, unless this is set (then every
     # remaining sample is tried and recorded).
     keep_going: bool = False
+    # --gpus/--gpu-policy/--question-tokens of the deployment it brings up (planning/); its
+    # KV pools are sized for `concurrency`.
+    gpu_placement: PlacementOptions | None = None
 
 
 class FailFast(RuntimeError):
@@ -365,8 +369,14 @@ def run_experiment(spec: RunSpec) -> list[Path]:
         from launch.commands import bring_up, make_stack
 
         configs = [spec.tree_config] + ([spec.dense_config] if spec.dense_config else [])
+        placement = replace(spec.gpu_placement or PlacementOptions(), concurrency=spec.concurrency)
         stack = make_stack(
-            configs, spec.backend, spec.out_dir / "deployment", "127.0.0.1", spec.pin_cpus
+            configs,
+            spec.backend,
+            spec.out_dir / "deployment",
+            "127.0.0.1",
+            spec.pin_cpus,
+            placement=placement,
         )
         try:
             cluster = bring_up(stack)

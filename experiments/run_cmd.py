@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from experiments.settings import parse_settings
+from planning.commands import PlacementOptions, add_placement_args
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,6 +37,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="when a worker is down, record the failed samples and go on (default: "
         "stop at the first failure whose deployment is down)",
     )
+    add_placement_args(p, concurrency=False, assumed=False)
     add_pin_cpus(p)
 
 
@@ -62,6 +64,7 @@ def main(args: argparse.Namespace) -> int:
             args.backend,
             args.pin_cpus,
             keep_going=args.keep_going,
+            gpu_placement=PlacementOptions.from_args(args),
         )
         written = run_experiment(spec)
     except ValueError as e:

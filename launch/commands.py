@@ -10,6 +10,8 @@ from rich.console import Console
 
 from launch.procs import LaunchError
 from launch.stack import Stack, down_run_dir
+from planning.commands import PlacementOptions, add_placement_args, placement_for, print_placement
+from planning.pool_need import pool_needs
 from router.config_loader import load_config, load_configs_by_name, resolve_config_path
 
 console = Console(stderr=True)
@@ -26,20 +28,20 @@ def make_stack(
     host: str,
     pin_cpus: bool = False,
     warmup_verb: str = "generate",
+    placement: PlacementOptions | None = None,
 ) -> Stack:
+    """A Stack for the configs; for SGLang on GPUs, with its placement (planning/), which
+    refuses a deployment that does not fit before anything starts."""
     paths = [str(resolve_config_path(c)) for c in config_names]
     configs = [load_config(p) for p in paths]
     load_configs_by_name(paths)  # two different configs under one name: stop before starting
-    gpu_ids, sglang_cpu = None, False
+    opts = placement or PlacementOptions()
+    plan, sglang_cpu = None, False
     if backend == "sglang":
-        from launch.gpus import assign_gpus, free_memory_by_gpu, has_nvidia_gpus
+        from launch.gpus import has_nvidia_gpus
 
-        if has_nvidia_gpus():
-            n = sum(
-                m.workers.prefill + m.workers.decode
-                for m in {k: v for c in configs for k, v in c.models.items()}.values()
-            )
-            gpu_ids = assign_gpus(n, free_memory_by_gpu())
+        if has_nvidia_gpus() or opts.gpu_memory:
+            plan = placement_for(configs, opts)
         else:
             # No GPU: real SGLang on its own CPU path (sglang_ext/sglang_backend/cpu.py).
             sglang_cpu = True
@@ -53,10 +55,12 @@ def make_stack(
         backend,
         run_dir,
         host=host,
-        gpu_ids=gpu_ids,
+        placement=plan,
         pin_cpus=pin_cpus,
         sglang_cpu=sglang_cpu,
         warmup_verb=warmup_verb,
+        pool_needs=pool_needs(configs, opts.concurrency, opts.question_tokens),
+        concurrency=opts.concurrency,
     )
 
 
@@ -74,14 +78,30 @@ def bring_up(stack: Stack) -> dict:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
-    stack = make_stack(
-        args.config,
-        args.backend,
-        Path(args.run_dir or default_run_dir()),
-        args.host,
-        args.pin_cpus,
-        args.warmup_verb,
-    )
+    if args.gpu_memory and not args.dry_run:
+        console.print(
+            "[red]error:[/red] --gpu-memory plans for GPUs that are not here: add --dry-run"
+        )
+        return 2
+    try:
+        stack = make_stack(
+            args.config,
+            args.backend,
+            Path(args.run_dir or default_run_dir()),
+            args.host,
+            args.pin_cpus,
+            args.warmup_verb,
+            PlacementOptions.from_args(args),
+        )
+    except LaunchError as e:
+        console.print(f"[red]error:[/red] {e}")
+        return 2
+    if args.dry_run:
+        if stack.placement is None:
+            console.print("no GPU placement: only --backend sglang on GPUs is placed")
+        else:
+            print_placement(stack.placement)
+        return 0
     stack.die_with_parent = not args.detach
     try:
         cluster = bring_up(stack)
@@ -149,6 +169,8 @@ def register(sub) -> None:
     p.add_argument(
         "--detach", action="store_true", help="return once healthy, leave the processes running"
     )
+    p.add_argument("--dry-run", action="store_true", help="print the GPU placement; start nothing")
+    add_placement_args(p)
     add_pin_cpus(p)
     p.set_defaults(func=_cmd_up)
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from typing_extensions import Self
 
+from launch.pool_check import check_pools
 from launch.procs import (
     LaunchError,
     Proc,
@@ -26,8 +27,10 @@ from launch.procs import (
     wait_healthy,
     write_pidfile,
 )
-from launch.worker_cmd import router_argv, worker_argv
+from launch.worker_cmd import placement_flags, router_argv, worker_argv
+from planning.types import Placement
 from router.config import ModelSpec, TopologyConfig
+from sglang_ext.engine.config import DEFAULT_MAX_TOTAL_TOKENS
 from sglang_ext.sglang_backend import cpu
 
 log = logging.getLogger(__name__)
@@ -108,15 +111,22 @@ class Stack:
         backend: str,
         run_dir: Path,
         host: str = "127.0.0.1",
-        gpu_ids: list[int] | None = None,
+        placement: Placement | None = None,
         startup_timeout_s: float = 600.0,
         pin_cpus: bool = False,
         sglang_cpu: bool = False,
         warmup_verb: str = "generate",
+        pool_needs: dict[tuple[str, str], int] | None = None,
+        concurrency: int = 1,
     ):
         self.configs, self.config_paths = configs, config_paths
         self.backend, self.run_dir, self.host = backend, Path(run_dir), host
-        self.gpu_ids = gpu_ids
+        # Where each SGLang worker runs on GPUs, its explicit pool and start turn (planning/).
+        self.placement = placement
+        # {(model, role): KV tokens} the configs' agents need (planning.pool_need); every worker's
+        # pool is checked against it once healthy.
+        self.pool_needs = pool_needs or {}
+        self.concurrency = concurrency
         self.startup_timeout_s = startup_timeout_s
         # Each worker on its own cores (launch.procs.plan_cpus), so a prefill and a decode
         # worker contend as little as on separate GPUs.
@@ -161,14 +171,12 @@ class Stack:
 
     def worker_specs(self) -> list[ProcSpec]:
         specs = []
-        gpus = iter(self.gpu_ids or [])
         for m in self.models.values():
             roles = [
                 ("prefill", i, port, m.bootstrap_ports[i]) for i, port in enumerate(m.prefill_ports)
             ]
             roles += [("decode", i, port, None) for i, port in enumerate(m.decode_ports)]
             for role, i, port, bport in roles:
-                gpu = next(gpus, None) if self.backend == "sglang" else None
                 argv = worker_argv(
                     self.backend,
                     m.model_path,
@@ -178,12 +186,12 @@ class Stack:
                     port,
                     bport,
                     m.tokenizer_path,
-                    gpu,
                 )
                 env = {}
                 if self.sglang_cpu:
                     argv += cpu.worker_flags(role)
                     env = cpu.worker_env(role)
+                argv, env = self._with_pool(m, role, f"{m.name}.{role}{i}", argv, env)
                 specs.append(
                     ProcSpec(
                         f"{m.name}.{role}{i}",
@@ -209,9 +217,33 @@ class Stack:
         (every worker runs one compute thread: OMP_NUM_THREADS=1)."""
         if spec.cpus is not None:
             return f"cpu:{','.join(map(str, spec.cpus))}", len(spec.cpus)
-        if "--base-gpu-id" in spec.argv:
-            return f"cuda:{spec.argv[spec.argv.index('--base-gpu-id') + 1]}", 1
+        if self.placement is not None:
+            # A tensor-parallel worker's GPUs count as one device (a worker sharing only one of
+            # them is not seen as its neighbour: rare, since TP workers fill their GPUs).
+            return f"cuda:{','.join(map(str, self.placement.worker(spec.name).gpus))}", 1
         return "cpu", len(os.sched_getaffinity(0))
+
+    def _with_pool(self, m: ModelPlan, role: str, name: str, argv: list[str], env: dict):
+        """A placed worker gets its GPU(s) and explicit pool; an unplaced one (on CPU) gets the
+        pool its agents need where its own default is smaller and the config sets none."""
+        if self.placement is not None:
+            flags, gpu_env = placement_flags(self.placement.worker(name))
+            return argv + flags, {**env, **gpu_env}
+        need = self.pool_needs.get((m.name, role), 0)
+        configured = m.spec.server_args.get(self.backend, {}).get("max_total_tokens")
+        default = cpu.POOL_TOKENS if self.sglang_cpu else DEFAULT_MAX_TOTAL_TOKENS
+        if configured is None and need > default:
+            argv = argv + ["--max-total-tokens", str(need)]
+        return argv, env
+
+    def worker_turns(self) -> list[list[ProcSpec]]:
+        """Workers in start order: those sharing a GPU one turn after another (placement
+        turns); without a placement, all at once."""
+        specs = self.worker_specs()
+        if self.placement is None:
+            return [specs]
+        by_name = {s.name: s for s in specs}
+        return [[by_name[w.name] for w in turn] for turn in self.placement.turns()]
 
     def router_specs(self) -> list[ProcSpec]:
         specs = []
@@ -317,8 +349,10 @@ class Stack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.plan()
         try:
-            for phase in (self.worker_specs(), self.router_specs()):
-                self._start_phase(phase, on_ready)
+            for turn in self.worker_turns():
+                self._start_phase(turn, on_ready)
+                check_pools(self.procs[-len(turn) :], self.pool_needs, self.concurrency)
+            self._start_phase(self.router_specs(), on_ready)
             self._write_cluster()
             self._start_phase([self.shell_router_spec()], on_ready)
         except BaseException:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 
+from planning.types import WorkerPlacement
 from router.config import ModelSpec
 
 
@@ -109,3 +110,21 @@ def router_argv(
         str(metrics_port),
         *extra,
     ]
+
+
+def placement_flags(w: WorkerPlacement) -> tuple[list[str], dict[str, str]]:
+    """SGLang flags and environment of a placed worker: its explicit pool (--max-total-tokens
+    and the --mem-fraction-static computed for its turn), its GPU(s) and tensor parallelism.
+    Appended after the config's server_args, so they win (SGLang's argparse keeps the last)."""
+    flags = [
+        "--max-total-tokens",
+        str(w.pool_tokens),
+        "--mem-fraction-static",
+        f"{w.mem_fraction_static:.3f}",
+    ]
+    if w.demand.tp == 1:
+        return flags + ["--base-gpu-id", str(w.gpus[0])], {}
+    # TP ranks take consecutive devices from --base-gpu-id: make the placed GPUs exactly those,
+    # numbered in nvidia-smi's (PCI bus) order.
+    env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, w.gpus))}
+    return flags + ["--tp-size", str(w.demand.tp), "--base-gpu-id", "0"], env

@@ -14,6 +14,7 @@ from __future__ import annotations
 # scheduler otherwise busy-polls its sockets and spins a whole core (measured: 1.01 cores), so a
 # PD pair on a 2-core machine would take both cores while doing nothing; it sleeps only when
 # fully idle (no queued request, no KV transfer in flight) and wakes on the next request.
+POOL_TOKENS = 4096  # KV pool per worker unless a config needs more (launch.stack)
 # fmt: off
 COMMON_FLAGS: tuple[str, ...] = (
     "--device", "cpu",
@@ -23,7 +24,7 @@ COMMON_FLAGS: tuple[str, ...] = (
     "--skip-server-warmup",
     "--disable-cuda-graph",
     "--dtype", "float32",
-    "--max-total-tokens", "4096",
+    "--max-total-tokens", str(POOL_TOKENS),
 )
 # fmt: on
 # Decode: the default retraction backup ("host_pool") pins a host KV pool with

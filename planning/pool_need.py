@@ -1,0 +1,102 @@
+"""The KV pool (tokens) each model's prefill and decode workers need for a config's agents.
+
+An agent's prompt: its template's tokens + each precursor's max_new_tokens + an allowance for
+the question. Agents are in flight at once when neither waits for the other (an antichain of
+the agent graph); the need is the heaviest such set, × the questions in flight (concurrency).
+"""
+
+from __future__ import annotations
+
+import math
+
+from router.config import QUESTION_FIELD, SLOT_PATTERN, TopologyConfig
+
+# A question's tokens, when the template has {question}: GSM8K and MATH500 questions are ~50-250
+# tokens; raise it (--question-tokens) for long-context datasets.
+DEFAULT_QUESTION_TOKENS = 256
+# SGLang's max_new_tokens when a request sets none.
+SGLANG_DEFAULT_MAX_NEW_TOKENS = 128
+# Template text is estimated, not tokenized (a model dir may hold no tokenizer, and an HF id
+# none at all): English BPE runs ~4 characters a token, so 3 over-estimates; a chat template's
+# role markers add a few tokens per message. Template text is a small part of a prompt next to
+# its precursors' outputs, so the estimate moves the pool by little.
+CHARS_PER_TOKEN = 3
+CHAT_MARKUP_TOKENS = 32
+
+
+def max_new_tokens(cfg: TopologyConfig, agent_id: str) -> int:
+    return cfg.sampling_of(agent_id).max_new_tokens or SGLANG_DEFAULT_MAX_NEW_TOKENS
+
+
+def prompt_tokens(cfg: TopologyConfig, agent_id: str, question_tokens: int) -> int:
+    """Upper estimate of the agent's prompt: template text, precursors' outputs, the question."""
+    t = cfg.template_of(agent_id)
+    text = SLOT_PATTERN.sub("", (t.system or "") + t.user).replace(QUESTION_FIELD, "")
+    n = math.ceil(len(text) / CHARS_PER_TOKEN) + CHAT_MARKUP_TOKENS
+    n += sum(max_new_tokens(cfg, p) for p in cfg.precursors(agent_id))
+    return n + (question_tokens if QUESTION_FIELD in t.user else 0)
+
+
+def max_weight_antichain(cfg: TopologyConfig, weight: dict[str, int]) -> int:
+    """The heaviest set of agents none of which (transitively) reads another's answer.
+
+    Weighted Dilworth: it equals the least flow from a source to a sink through the agent graph
+    that carries at least weight[a] through each agent a (a network LP, so its optimum is
+    integral); solved with scipy's HiGHS."""
+    from scipy.optimize import linprog
+
+    ids = [a.id for a in cfg.agents]
+    idx = {a: i for i, a in enumerate(ids)}
+    edges = [(idx[p], idx[a]) for a in ids for p in cfg.precursors(a)]
+    n, m = len(ids), len(edges)
+    # Variables: source->agent (n), agent->sink (n), precursor->successor (m).
+    nvar = 2 * n + m
+    cost = [1.0] * n + [0.0] * (n + m)
+    a_eq, a_ub, b_ub = [], [], []
+    for v in range(n):
+        inflow = [0.0] * nvar
+        inflow[v] = 1.0
+        for k, (_, dst) in enumerate(edges):
+            if dst == v:
+                inflow[2 * n + k] = 1.0
+        balance = list(inflow)
+        balance[n + v] -= 1.0
+        for k, (src, _) in enumerate(edges):
+            if src == v:
+                balance[2 * n + k] -= 1.0
+        a_eq.append(balance)
+        a_ub.append([-x for x in inflow])
+        b_ub.append(-float(weight.get(ids[v], 0)))
+    res = linprog(cost, A_ub=a_ub, b_ub=b_ub, A_eq=a_eq, b_eq=[0.0] * n, method="highs")
+    if not res.success:  # cannot happen for a DAG: every flow bound is feasible
+        raise RuntimeError(f"antichain LP failed: {res.message}")
+    return round(res.fun)
+
+
+def pool_needs(
+    configs: list[TopologyConfig],
+    concurrency: int = 1,
+    question_tokens: int = DEFAULT_QUESTION_TOKENS,
+) -> dict[tuple[str, str], int]:
+    """{(model, role): KV tokens} over all configs (a model several configs share needs the most
+    any one of them needs: `moa-pd run` runs one config's questions at a time).
+
+    decode holds each running request's prompt and every token it generates until it ends.
+    prefill holds a prompt only until its KV is sent to decode (then it is evictable radix cache,
+    as are warm-ups' prefixes: losing one costs time, not correctness), so its in-flight set is
+    weighed by prompts alone. Both are floored at the longest prompt plus its output, the least
+    that serves any request of the config."""
+    needs: dict[tuple[str, str], int] = {}
+    for cfg in configs:
+        prompts = {a.id: prompt_tokens(cfg, a.id, question_tokens) for a in cfg.agents}
+        for model in cfg.models:
+            mine = [a.id for a in cfg.agents if a.model == model]
+            if not mine:
+                continue
+            floor = max(prompts[a] + max_new_tokens(cfg, a) for a in mine)
+            decode = {a: prompts[a] + max_new_tokens(cfg, a) for a in mine}
+            prefill = {a: prompts[a] for a in mine}
+            for role, weight in (("prefill", prefill), ("decode", decode)):
+                need = max(floor, concurrency * max_weight_antichain(cfg, weight))
+                needs[(model, role)] = max(needs.get((model, role), 0), need)
+    return needs
