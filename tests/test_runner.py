@@ -116,8 +116,8 @@ def test_setting_1_needs_dense_config(tmp_path):
     spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 1, parse_settings("1"), 1, tmp_path)
     with pytest.raises(ValueError, match="needs --dense-config"):
         config_for(spec, spec.settings[0])
-    with pytest.raises(ValueError, match="numbers 1-5"):
-        parse_settings("1,6")
+    with pytest.raises(ValueError, match="numbers 1-6"):
+        parse_settings("1,7")
 
 
 def test_dmv_on_a_dataset_without_answers_is_refused_before_starting(tmp_path):
