@@ -17,6 +17,7 @@ import numpy as np
 
 from experiments.critical_path import median_breakdown, overlap_gain
 from experiments.paired_stats import bootstrap_ci, mcnemar
+from experiments.pd_breakdown import median_path_breakdown
 from experiments.results import ResultRow, read_results
 from router.early_exit import activation_percentage
 
@@ -76,6 +77,10 @@ class SettingSummary:
     chunk_policy: str | None = None
     # Median seconds per part of the critical path (experiments/critical_path.py).
     critical_path_s: dict[str, float] | None = None
+    # The critical path's PD requests, their TTFT split from the workers' timings
+    # (experiments/pd_breakdown.py): per kind (leaf_prefill, exposed_prefill), median seconds
+    # per component, "unknown" where the workers did not report it.
+    pd_breakdown_s: dict[str, dict] | None = None
     # Pipelined settings: what overlap could save against blocking (#2) and what it saved.
     overlap_gain: dict | None = None
     # Each distinct error of the failed rows (first 300 characters) and how many rows had it, so
@@ -243,6 +248,7 @@ def summarize_setting(
         config=_single({r.config for r in mine}, "config", dataset, setting),
         chunk_policy=_single({r.chunk_policy for r in mine}, "chunk_policy", dataset, setting),
         critical_path_s=median_breakdown(ok),
+        pd_breakdown_s=median_path_breakdown(ok),
         overlap_gain=_overlap_gain(rows, mine, dataset, setting),
         error_messages=dict(Counter(r.error[:300] for r in mine if r.error).most_common()),
     )
@@ -297,6 +303,16 @@ def summary_document(summaries: Sequence[SettingSummary], source: str) -> dict:
             "median seconds per part of the critical path (final agent back through the "
             "precursor that ended last): leaf_prefill (leaf request to first token), "
             "exposed_prefill (successors' final request to first token), decode, other"
+        ),
+        "pd_breakdown_s": (
+            "the TTFT of the critical path's requests (leaf_prefill: leaves', through the native "
+            "sglang-router; exposed_prefill: successors' final requests), summed per question, "
+            "split by the workers' meta_info timings: bootstrap (to prefill and its bootstrap "
+            "queue), prefill_queue, prefill_compute, kv_transfer (prefill finished to KV at "
+            "decode), first_decode_step (decode's queue and the step emitting the first token, "
+            "to the router); median over the questions that know each, 'unknown' where no "
+            "worker reported it (a leaf's prefill side: the native router returns decode's reply "
+            "only); unattributed = TTFT the unknown parts cover"
         ),
         "overlap_gain": (
             "pipelined settings vs #2 over paired questions: possible_s = sum of #2's exposed "

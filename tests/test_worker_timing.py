@@ -39,7 +39,8 @@ def test_meta_info_turns_stamps_into_unix_times_and_spans():
     f = ts.finished_meta(completion_tokens=8)
     assert f[P.REQUEST_FINISHED_TS] - f[P.REQUEST_RECEIVED_TS] == pytest.approx(4.0)
     assert f[P.INFERENCE_TIME] == pytest.approx(3.0)
-    assert f[P.DECODE_THROUGHPUT] == pytest.approx(4.0)
+    assert f[P.DECODE_THROUGHPUT] == pytest.approx(3.5)  # SGLang's: 7 tokens after the first
+    assert f[P.FIRST_TOKEN_LATENCY] == pytest.approx(2.0)
     # Nothing reached yet: no made-up points in time.
     empty = ReqTimeStats()
     assert P.FORWARD_ENTRY_TIME not in empty.scheduler_meta() and empty.finished_meta(0) == {}
@@ -51,7 +52,12 @@ def test_meta_info_turns_stamps_into_unix_times_and_spans():
         },
         **{
             f"decode.{k}": f[k]
-            for k in (P.REQUEST_RECEIVED_TS, P.REQUEST_FINISHED_TS, P.INFERENCE_TIME)
+            for k in (
+                P.REQUEST_RECEIVED_TS,
+                P.REQUEST_FINISHED_TS,
+                P.FIRST_TOKEN_LATENCY,
+                P.INFERENCE_TIME,
+            )
         },
     }
 

@@ -70,11 +70,14 @@ class ReqTimeStats:
             m[P.REQUEST_RECEIVED_TS] = _unix(self.created_time)
         if self.api_server_dispatch_finish_time > 0:
             m[P.API_SERVER_DISPATCH_FINISH_TS] = _unix(self.api_server_dispatch_finish_time)
+        if self.created_time > 0 and self.first_token_time > self.created_time:
+            m[P.FIRST_TOKEN_LATENCY] = self.first_token_time - self.created_time
         if self.finished_time > 0:
             m[P.REQUEST_FINISHED_TS] = _unix(self.finished_time)
             if self.forward_entry_time > 0:
                 m[P.INFERENCE_TIME] = self.finished_time - self.forward_entry_time
             decode = self.finished_time - self.first_token_time
-            if self.first_token_time > 0 and decode > 0 and completion_tokens > 0:
-                m[P.DECODE_THROUGHPUT] = completion_tokens / decode
+            if self.first_token_time > 0 and decode > 0 and completion_tokens > 1:
+                # SGLang's: one over the time per output token after the first.
+                m[P.DECODE_THROUGHPUT] = (completion_tokens - 1) / decode
         return m
