@@ -3,23 +3,26 @@ names, `--enable-metrics`; the reference engine reports the same). Called by sum
 median per part of the critical path) and timeline.py (each request's prefill bar split).
 
 A request's TTFT, from the router sending it (`final_request_s`) to its first token arriving
-(`first_token_s`), is cut at four points the workers report, each in the session's seconds:
+(`first_token_s`), is cut at five points the workers report, each in the session's seconds:
 prefill's waiting-queue entry (forward_entry_time - queue_time: bootstrap done), prefill's first
-forward (forward_entry_time), the end of its prompt's forward (prefill_finished_time), and
-decode's waiting-queue entry (forward_entry_time - queue_time on decode: the KV arrived). So:
+forward (forward_entry_time), the end of its prompt's forward (prefill_finished_time), decode's
+waiting-queue entry (its forward_entry_time - queue_time: the KV arrived) and decode's first
+token (request_received_ts + first_token_latency, SGLang 0.5.23 and the reference engine). So:
 - `bootstrap`: the way to the prefill worker and its bootstrap queue (the decode peer's
   handshake and pre-allocation);
 - `prefill_queue`: prefill's waiting queue (its `queue_time`);
 - `prefill_compute`: the prompt's forward passes, chunked prefill included;
 - `kv_transfer`: the end of prefill until the KV reached decode;
-- `first_decode_step`: decode's wait for a batch, the step that emits the first token (SGLang's
-  prebuilt batch) and the token's way to the router.
+- `first_decode_step`: decode's wait for a batch and the step that emits the first token
+  (SGLang's prebuilt batch), until its API server has the token;
+- `to_router`: the token's way to the router (for a leaf, through the native sglang-router).
 The rest of decoding (first token to end) is the critical path's `decode` part.
 
 A part whose ends are not both known is None ("unknown"), never estimated: through the native
 sglang-router only decode's reply comes back, so a leaf's prefill-side parts are unknown (the
 router has the prefill reply only for a successor's final request, which it dispatches itself);
-without `--enable-metrics` every part is. `unattributed` is the TTFT the unknown parts cover.
+SGLang 0.5.17 reports no first_token_latency (the last two parts unknown); without
+`--enable-metrics` every part is. `unattributed` is the TTFT the unknown parts cover.
 """
 
 from __future__ import annotations
@@ -32,7 +35,14 @@ from experiments.critical_path import critical_path, final_agent
 from experiments.results import AgentTrace, ResultRow
 from sglang_ext import protocol as P
 
-COMPONENTS = ("bootstrap", "prefill_queue", "prefill_compute", "kv_transfer", "first_decode_step")
+COMPONENTS = (
+    "bootstrap",
+    "prefill_queue",
+    "prefill_compute",
+    "kv_transfer",
+    "first_decode_step",
+    "to_router",
+)
 UNATTRIBUTED = "unattributed"
 UNKNOWN = "unknown"
 # The critical path's requests, as critical_path.PARTS names their prefill.
@@ -49,14 +59,18 @@ def _queue_entry(timing: dict[str, float], side: str) -> float | None:
 
 
 def boundaries(agent: AgentTrace, session_started_at: float | None) -> list[float | None]:
-    """The six cut points of the agent's (final) request in session seconds, None where unknown:
-    sent, prefill queued, prefill forward, prefill finished, KV at decode, first token."""
+    """The seven cut points of the agent's (final) request in session seconds, None where
+    unknown: sent, prefill queued, prefill forward, prefill finished, KV at decode, first token
+    on decode, first token at the router."""
     t = agent.worker_timing
+    received = t.get(f"decode.{P.REQUEST_RECEIVED_TS}")
+    latency = t.get(f"decode.{P.FIRST_TOKEN_LATENCY}")
     unix = [
         _queue_entry(t, "prefill"),
         t.get(f"prefill.{P.FORWARD_ENTRY_TIME}"),
         t.get(f"prefill.{P.PREFILL_FINISHED_TIME}"),
         _queue_entry(t, "decode"),
+        None if received is None or latency is None else received + latency,
     ]
     inner = [
         None if u is None or session_started_at is None else u - session_started_at for u in unix

@@ -2,8 +2,8 @@
 question, one row per agent, showing when it waited for its precursors, its warm-ups, its exposed
 prefill (request to first token) and its decoding, with the critical path marked. The prefill
 bar is split into the PD parts the workers reported (experiments/pd_breakdown.py: bootstrap,
-prefill queue and compute, KV transfer, first decode step); an unknown part keeps the plain
-prefill colour. Written by `moa-pd plot` as `fig_timeline.png`; `timeline_figure` for others."""
+prefill queue and compute, KV transfer, first decode step, the way to the router); an unknown
+part keeps the plain prefill colour. Written by `moa-pd plot` as `fig_timeline.png`; `timeline_figure` for others."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from experiments.summary_table import setting_label
 COLORS = {"wait": "#e8e8e8", "prefill": "#dd8452", "decode": "#4c72b0", "warmup": "#55a868"}
 CRITICAL = "#c44e52"
 PD_COLORS = dict(
-    zip(COMPONENTS, ("#b07aa1", "#edc948", "#b85c00", "#9c755f", "#76b7b2"), strict=True)
+    zip(COMPONENTS, ("#b07aa1", "#edc948", "#b85c00", "#9c755f", "#76b7b2", "#ff9da7"), strict=True)
 )
 
 

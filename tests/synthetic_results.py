@@ -12,25 +12,28 @@ BASE_LATENCY = {1: 10.0, 2: 4.0, 3: 3.0, 4: 1.8, 6: 4.6}
 # Wall time the router's session clock started at (the agents' times count from it).
 SESSION_T0 = 1_700_000_000.0
 # Every request's TTFT (0.1 s) in experiments.pd_breakdown.COMPONENTS order: bootstrap, prefill
-# queue, prefill compute, KV transfer, first decode step.
-PD_PARTS = (0.002, 0.011, 0.06, 0.02, 0.007)
+# queue, prefill compute, KV transfer, first decode step, the token's way to the router.
+PD_PARTS = (0.002, 0.011, 0.06, 0.02, 0.005, 0.002)
 
 
 def worker_timing(request_s: float, parts=PD_PARTS, leaf: bool = False) -> dict[str, float]:
     """The trace's `worker_timing` ("prefill.<meta_info key>", "decode.<key>") of a request sent
     at `request_s` whose TTFT splits into `parts`. A leaf's reply came through the native
     sglang-router: decode's timings only."""
-    bootstrap, queue, compute, transfer, first = parts
+    # The last part, the token's way to the router, is what is left until first_token_s.
+    bootstrap, queue, compute, transfer, first, _ = parts
     sent = SESSION_T0 + request_s
     prefill_queued = sent + bootstrap
     prefill_forward = prefill_queued + queue
     prefill_done = prefill_forward + compute
     kv_at_decode = prefill_done + transfer
     decode_forward = kv_at_decode + first / 4  # decode waited a quarter of its part for a batch
+    received = sent + 0.001
     timing = {
-        "decode.request_received_ts": sent + 0.001,
+        "decode.request_received_ts": received,
         "decode.forward_entry_time": decode_forward,
         "decode.queue_time": decode_forward - kv_at_decode,
+        "decode.first_token_latency": kv_at_decode + first - received,
     }
     if not leaf:
         timing |= {

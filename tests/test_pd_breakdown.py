@@ -31,7 +31,7 @@ def trace(request_s: float, parts=PD_PARTS, leaf: bool = False, order=()) -> Age
 
 
 def test_a_successors_request_splits_into_its_known_parts():
-    parts = (0.004, 0.02, 0.3, 0.05, 0.01)
+    parts = (0.004, 0.02, 0.3, 0.05, 0.01, 0.003)
     b = request_breakdown(trace(2.5, parts, order=("l0",)), SESSION_T0)
     assert [b[k] for k in COMPONENTS] == pytest.approx(parts, abs=US)
     assert b["ttft"] == pytest.approx(sum(parts), abs=US)
@@ -40,10 +40,10 @@ def test_a_successors_request_splits_into_its_known_parts():
 
 def test_a_leaf_through_the_native_router_has_only_decodes_side():
     b = request_breakdown(trace(0.0, leaf=True), SESSION_T0)
-    assert b["first_decode_step"] == pytest.approx(PD_PARTS[-1], abs=US)
-    assert all(b[k] is None for k in COMPONENTS[:-1])
+    assert [b[k] for k in COMPONENTS[-2:]] == pytest.approx(PD_PARTS[-2:], abs=US)
+    assert all(b[k] is None for k in COMPONENTS[:-2])
     # The unknown parts together: the TTFT the workers did not account for, no made-up split.
-    assert b["unattributed"] == pytest.approx(sum(PD_PARTS[:-1]), abs=US)
+    assert b["unattributed"] == pytest.approx(sum(PD_PARTS[:-2]), abs=US)
 
 
 def test_without_worker_timings_or_a_session_start_every_part_is_unknown():
@@ -70,9 +70,9 @@ def _row(agents: dict[str, AgentTrace]) -> ResultRow:
 
 def test_the_critical_paths_requests_are_summed_per_kind():
     # l1 ends last, so the path is l1 -> agg -> final; l0 is off the path.
-    agg_parts, final_parts = (0.01, 0.02, 0.1, 0.03, 0.01), (0.02, 0.0, 0.2, 0.04, 0.02)
+    agg_parts, final_parts = (0.01, 0.02, 0.1, 0.03, 0.01, 0.0), (0.02, 0.0, 0.2, 0.04, 0.02, 0.01)
     agents = {
-        "l0": trace(0.0, (0.1, 0.1, 0.1, 0.1, 0.5), leaf=True),
+        "l0": trace(0.0, (0.1, 0.1, 0.1, 0.1, 0.5, 0.1), leaf=True),
         "l1": trace(0.0, leaf=True),
         "agg": trace(3.0, agg_parts, order=("l0", "l1")),
         "final": trace(6.0, final_parts, order=("agg",)),
@@ -81,7 +81,7 @@ def test_the_critical_paths_requests_are_summed_per_kind():
     got = path_breakdown(_row(agents))
     for k, a, f in zip(COMPONENTS, agg_parts, final_parts):
         assert got["exposed_prefill"][k] == pytest.approx(a + f, abs=US), k
-    assert got["leaf_prefill"]["first_decode_step"] == pytest.approx(PD_PARTS[-1], abs=US)
+    assert got["leaf_prefill"]["first_decode_step"] == pytest.approx(PD_PARTS[-2], abs=US)
     assert got["leaf_prefill"]["prefill_compute"] is None
     # A successor on the path whose prefill reply is missing makes its sum unknown.
     agents["final"].worker_timing = worker_timing(6.0, final_parts, leaf=True)
@@ -97,7 +97,7 @@ def test_summary_json_reports_the_median_parts_per_setting():
         for k, v in zip(COMPONENTS, PD_PARTS):
             assert exposed[k] == pytest.approx(2 * v, abs=US), k
         assert exposed["ttft"] == pytest.approx(2 * sum(PD_PARTS), abs=US)
-        assert leaf["first_decode_step"] == pytest.approx(PD_PARTS[-1], abs=US)
+        assert leaf["to_router"] == pytest.approx(PD_PARTS[-1], abs=US)
         assert leaf["prefill_compute"] == UNKNOWN and leaf["rows"] == exposed["rows"] == 4
 
 
@@ -114,6 +114,6 @@ def test_the_timeline_splits_each_prefill_bar_into_its_parts(tmp_path):
     for name, color in PD_COLORS.items():
         assert tuple(round(c, 3) for c in to_rgba(color)) in colors, name
     labels = {t.get_text() for t in fig.legends[0].get_texts()}
-    assert {"prefill compute", "kv transfer", "first decode step"} <= labels
+    assert {"prefill compute", "kv transfer", "first decode step", "to router"} <= labels
     fig.savefig(tmp_path / "fig_timeline.png")
     assert (tmp_path / "fig_timeline.png").stat().st_size > 10_000

@@ -135,3 +135,34 @@ def test_null_and_pd_workers_report_sglang_timings(stack):
     _in_order(dec, P.REQUEST_RECEIVED_TS, P.FORWARD_ENTRY_TIME, P.REQUEST_FINISHED_TS)
     assert pre[P.PREFILL_FINISHED_TIME] <= dec[P.FORWARD_ENTRY_TIME]
     assert P.PREFILL_FINISHED_TIME not in dec  # as SGLang: decode runs no prefill
+
+
+@pytest.mark.slow
+async def test_the_pd_breakdown_of_real_requests_adds_up_to_their_ttft(stack):
+    """A 3-1 question through the router on the real PD pair: the final request (dispatched to
+    both workers by the router) has every part, each non-negative, summing to its TTFT; the
+    leaves (through the native sglang-router: decode's reply only) have decode's parts alone."""
+    from experiments.pd_breakdown import COMPONENTS, request_breakdown
+    from experiments.results import AgentTrace
+    from router.context import RouterContext
+    from router.orchestrator import Session
+    from tests.router_fixtures import stack_cluster, tree_config
+
+    async with RouterContext.open(stack_cluster(stack)) as ctx:
+        for mode in ("blocking", "pipelined"):
+            session = Session(ctx, tree_config(max_new_tokens=4), "What is 7 times 8?", mode)
+            result = await session.run_all()
+            for agent_id, t in result.trace.items():
+                a = AgentTrace.model_validate(t)
+                parts = request_breakdown(a, session.clock.wall_t0)
+                ttft = a.first_token_s - a.final_request_s
+                known = {k: parts[k] for k in COMPONENTS if parts[k] is not None}
+                where = (mode, agent_id, parts)
+                assert all(v >= 0 for v in known.values()), where
+                assert sum(known.values()) + parts["unattributed"] == pytest.approx(ttft, abs=1e-6)
+                if a.slot_order:
+                    assert set(known) == set(COMPONENTS), where
+                    assert parts["unattributed"] == pytest.approx(0, abs=1e-3)
+                    assert parts["prefill_compute"] > 0
+                else:
+                    assert set(known) == {"first_decode_step", "to_router"}, where
