@@ -6,23 +6,25 @@ A request's TTFT, from the router sending it (`final_request_s`) to its first to
 (`first_token_s`), is cut at five points the workers report, each in the session's seconds:
 prefill's waiting-queue entry (forward_entry_time - queue_time: bootstrap done), prefill's first
 forward (forward_entry_time), the end of its prompt's forward (prefill_finished_time), decode's
-waiting-queue entry (its forward_entry_time - queue_time: the KV arrived) and decode's first
-token (request_received_ts + first_token_latency, SGLang 0.5.23 and the reference engine). So:
+waiting-queue entry (its forward_entry_time - queue_time: the KV arrived) and decode sending
+its first chunk (response_sent_to_client_ts). So:
 - `bootstrap`: the way to the prefill worker and its bootstrap queue (the decode peer's
   handshake and pre-allocation);
 - `prefill_queue`: prefill's waiting queue (its `queue_time`);
 - `prefill_compute`: the prompt's forward passes, chunked prefill included;
 - `kv_transfer`: the end of prefill until the KV reached decode;
 - `first_decode_step`: decode's wait for a batch and the step that emits the first token
-  (SGLang's prebuilt batch), until its API server has the token;
+  (SGLang's prebuilt batch), until its API server sends it;
 - `to_router`: the token's way to the router (for a leaf, through the native sglang-router).
 The rest of decoding (first token to end) is the critical path's `decode` part.
 
 A part whose ends are not both known is None ("unknown"), never estimated: through the native
 sglang-router only decode's reply comes back, so a leaf's prefill-side parts are unknown (the
 router has the prefill reply only for a successor's final request, which it dispatches itself);
-SGLang 0.5.17 reports no first_token_latency (the last two parts unknown); without
-`--enable-metrics` every part is. `unattributed` is the TTFT the unknown parts cover.
+without `--enable-metrics` every part is. `unattributed` is the TTFT the unknown parts cover.
+SGLang 0.5.17 and 0.5.23 report every one of these keys (scheduler: forward_entry_time,
+prefill_finished_time, queue_time in every chunk; API server: request_received_ts,
+response_sent_to_client_ts, request_finished_ts in the last), and so does the reference engine.
 """
 
 from __future__ import annotations
@@ -63,14 +65,12 @@ def boundaries(agent: AgentTrace, session_started_at: float | None) -> list[floa
     unknown: sent, prefill queued, prefill forward, prefill finished, KV at decode, first token
     on decode, first token at the router."""
     t = agent.worker_timing
-    received = t.get(f"decode.{P.REQUEST_RECEIVED_TS}")
-    latency = t.get(f"decode.{P.FIRST_TOKEN_LATENCY}")
     unix = [
         _queue_entry(t, "prefill"),
         t.get(f"prefill.{P.FORWARD_ENTRY_TIME}"),
         t.get(f"prefill.{P.PREFILL_FINISHED_TIME}"),
         _queue_entry(t, "decode"),
-        None if received is None or latency is None else received + latency,
+        t.get(f"decode.{P.RESPONSE_SENT_TO_CLIENT_TS}"),
     ]
     inner = [
         None if u is None or session_started_at is None else u - session_started_at for u in unix

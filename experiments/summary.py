@@ -310,10 +310,10 @@ def summary_document(summaries: Sequence[SettingSummary], source: str) -> dict:
             "split by the workers' meta_info timings: bootstrap (to prefill and its bootstrap "
             "queue), prefill_queue, prefill_compute, kv_transfer (prefill finished to KV at "
             "decode), first_decode_step (decode's queue and the step emitting the first token), "
-            "to_router (the token's way to the router); median over the questions that know "
-            "each, 'unknown' where no worker reported it (a leaf's prefill side: the native "
-            "router returns decode's reply only; the last two on SGLang 0.5.17, which reports "
-            "no first_token_latency); unattributed = TTFT the unknown parts cover"
+            "to_router (from decode sending the token to the router receiving it); median over "
+            "the questions that know each, 'unknown' where no worker reported it (a leaf's "
+            "prefill side: the native router returns decode's reply only); unattributed = TTFT "
+            "the unknown parts cover"
         ),
         "overlap_gain": (
             "pipelined settings vs #2 over paired questions: possible_s = sum of #2's exposed "

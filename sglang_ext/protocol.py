@@ -94,6 +94,9 @@ REQUEST_RECEIVED_TS = "request_received_ts"
 API_SERVER_DISPATCH_FINISH_TS = "api_server_dispatch_finish_ts"
 REQUEST_FINISHED_TS = "request_finished_ts"
 FIRST_TOKEN_LATENCY = "first_token_latency"  # 0.5.23: first token - received, seconds
+# When the API server sent its first response chunk (a stream's first token; a whole reply):
+# that chunk has it and, with --enable-metrics, the last chunk too (0.5.17 and 0.5.23).
+RESPONSE_SENT_TO_CLIENT_TS = "response_sent_to_client_ts"
 INFERENCE_TIME = "inference_time"  # request_finished - forward_entry (not in 0.5.17/0.5.23)
 DECODE_THROUGHPUT = "decode_throughput"  # (completion tokens - 1) / (finished - first token)
 # meta_info keys with a request's worker-side timings, copied into the agent trace.
@@ -103,6 +106,7 @@ WORKER_TIMING_KEYS: tuple[str, ...] = (
     FORWARD_ENTRY_TIME,
     PREFILL_FINISHED_TIME,
     REQUEST_FINISHED_TS,
+    RESPONSE_SENT_TO_CLIENT_TS,
     FIRST_TOKEN_LATENCY,
     INFERENCE_TIME,
 )

@@ -33,7 +33,8 @@ def worker_timing(request_s: float, parts=PD_PARTS, leaf: bool = False) -> dict[
         "decode.request_received_ts": received,
         "decode.forward_entry_time": decode_forward,
         "decode.queue_time": decode_forward - kv_at_decode,
-        "decode.first_token_latency": kv_at_decode + first - received,
+        "decode.first_token_latency": kv_at_decode + first / 2 - received,
+        "decode.response_sent_to_client_ts": kv_at_decode + first,
     }
     if not leaf:
         timing |= {

@@ -62,6 +62,25 @@ def test_meta_info_turns_stamps_into_unix_times_and_spans():
     }
 
 
+def test_response_sent_to_client_ts_marks_the_first_chunk_as_sglang_does():
+    from sglang_ext.engine.generate_io import ReplyBuilder
+    from sglang_ext.engine.request import OutputChunk
+
+    out = ReplyBuilder(make_req("r", [1, 2, 3], 2, Collector()), tokenizer=None)
+    out.add(OutputChunk([7], [], [], 3, 1, 0))
+    first = out.stream_chunk()[P.META_INFO]
+    out.add(OutputChunk([8], [], [], 3, 2, 0, {"type": P.FINISH_LENGTH, "length": 2}))
+    last = out.stream_chunk()[P.META_INFO]
+    # The first chunk carries it; the last repeats the same stamp with the finished timings.
+    assert first[P.RESPONSE_SENT_TO_CLIENT_TS] == last[P.RESPONSE_SENT_TO_CLIENT_TS]
+    assert last[P.REQUEST_FINISHED_TS] >= last[P.RESPONSE_SENT_TO_CLIENT_TS]
+    # A whole (non-streamed) reply is sent once it finished.
+    whole = ReplyBuilder(make_req("w", [1, 2, 3], 1, Collector()), tokenizer=None)
+    whole.add(OutputChunk([7], [], [], 3, 1, 0, {"type": P.FINISH_LENGTH, "length": 1}))
+    m = whole.reply()[P.META_INFO]
+    assert m[P.RESPONSE_SENT_TO_CLIENT_TS] >= m[P.REQUEST_FINISHED_TS]
+
+
 def test_engine_stamps_a_request_in_order():
     eng = make_engine(chunk=4)
     col = Collector()

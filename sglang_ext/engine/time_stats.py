@@ -30,6 +30,7 @@ class ReqTimeStats:
     api_server_dispatch_finish_time: float = 0.0
     first_token_time: float = 0.0
     finished_time: float = 0.0
+    response_sent_to_client_time: float = 0.0  # the first response chunk went out
     # scheduler, every mode
     wait_queue_entry_time: float = 0.0
     forward_entry_time: float = 0.0
@@ -63,6 +64,13 @@ class ReqTimeStats:
         m[P.PREFILL_LAUNCH_LATENCY] = end - start if start > 0 and end > 0 else None
         return m
 
+    def response_sent_meta(self) -> dict:
+        """Stamp the first response chunk going out (once) and return its meta_info entry:
+        SGLang adds it to that chunk, and to the last one with the rest of finished_meta."""
+        if self.response_sent_to_client_time == 0:
+            self.response_sent_to_client_time = self.now()
+        return {P.RESPONSE_SENT_TO_CLIENT_TS: _unix(self.response_sent_to_client_time)}
+
     def finished_meta(self, completion_tokens: int) -> dict:
         """What SGLang's API server adds to the last chunk's meta_info."""
         m: dict = {}
@@ -70,6 +78,8 @@ class ReqTimeStats:
             m[P.REQUEST_RECEIVED_TS] = _unix(self.created_time)
         if self.api_server_dispatch_finish_time > 0:
             m[P.API_SERVER_DISPATCH_FINISH_TS] = _unix(self.api_server_dispatch_finish_time)
+        if self.response_sent_to_client_time > 0:
+            m.update(self.response_sent_meta())
         if self.created_time > 0 and self.first_token_time > self.created_time:
             m[P.FIRST_TOKEN_LATENCY] = self.first_token_time - self.created_time
         if self.finished_time > 0:
