@@ -178,6 +178,31 @@ async def test_one_at_a_time_interleaves_settings_per_question(tmp_path):
     ]
 
 
+async def test_setting_6_runs_the_tree_blocking_by_layer_and_is_named_in_the_table(tmp_path):
+    from rich.console import Console
+
+    from experiments.summary import summarize
+    from experiments.summary_table import print_table
+
+    calls: list[dict] = []
+    runner, url = await start(fake_router(calls))
+    cluster = {"shell_router_url": url, "models": {"m": {"prefill_urls": [url], "decode_urls": []}}}
+    spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 2, parse_settings("2,6"), 1, tmp_path)
+    try:
+        await run_async(spec, cluster)
+    finally:
+        await runner.cleanup()
+    assert [c["mode"] for c in calls if "mode" in c] == ["blocking", "blocking_layer"] * 2
+    rows = read_results(tmp_path / "results.jsonl")
+    assert {(r.setting, r.mode, r.config) for r in rows} == {
+        (2, "blocking", "tree_3_1_cpu"),
+        (6, "blocking_layer", "tree_3_1_cpu"),
+    }
+    console = Console(record=True, width=300)
+    print_table(summarize(rows), console)
+    assert "#6 tree, blocking by layer" in console.export_text()
+
+
 async def test_a_config_file_elsewhere_is_asked_for_by_its_name(tmp_path):
     """A copy of a shipped config under another file name keeps its `name`, which is what the
     shell router serves it under; an edited copy whose name the deployment serves differently
