@@ -2,9 +2,9 @@
 keys of SGLang's `meta_info` they become.
 
 The engine thread sets the scheduler's stamps (queues, forward); the HTTP layer sets the ones
-SGLang's API server owns (received, dispatched, first token, finished). Stamps are
-`time.perf_counter()` readings (0.0 = not reached); `meta_info` turns the points in time into
-Unix seconds and the spans into seconds, as SGLang 0.5.23 does with `--enable-metrics`
+SGLang's API server owns (received, dispatched, first token, first chunk sent, finished).
+Stamps are `time.perf_counter()` readings (0.0 = not reached); `meta_info` turns the points in
+time into Unix seconds and the spans into seconds, as SGLang 0.5.23 does with `--enable-metrics`
 (`SchedulerReqTimeStats` / `APIServerReqTimeStats.convert_to_output_meta_info`).
 """
 
