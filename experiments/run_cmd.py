@@ -26,7 +26,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--settings",
         default="1,2,3,4",
-        help="which settings, e.g. 2,3 (default the paper's four; 5: single model, 6: tree blocking by layer)",
+        help="which settings, e.g. 2,3 (default the paper's four; 5: single model, "
+        "6: tree blocking by layer)",
     )
     p.add_argument("--concurrency", type=int, default=1, help="questions in flight at once")
     p.add_argument("--out", required=True, help="run folder: results.jsonl, summary, figures")

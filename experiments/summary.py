@@ -58,9 +58,9 @@ class SettingSummary:
     # 95% bootstrap CIs of latency_vs_R_median over the paired per-sample ratios.
     latency_vs_1_ci: list[float] | None = None
     latency_vs_2_ci: list[float] | None = None
-    # Per reference setting R ("vs_1", "vs_2", "vs_3", "vs_6"; R != this setting) over the samples both
-    # ran: latency ratio median and CI, accuracy difference (this - R) with its CI, McNemar's
-    # exact test on the paired correct/incorrect outcomes.
+    # Per reference setting R ("vs_1", "vs_2", "vs_3", "vs_6"; R != this setting) over the
+    # samples both ran: latency ratio median and CI, accuracy difference (this - R) with its CI,
+    # McNemar's exact test on the paired correct/incorrect outcomes.
     paired: dict[str, dict] = field(default_factory=dict)
     ee_overhead_share: float | None = None  # Σ decision seconds / Σ e2e_s
     ee_seconds_mean: float | None = None

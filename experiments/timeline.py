@@ -3,7 +3,8 @@ question, one row per agent, showing when it waited for its precursors, its warm
 prefill (request to first token) and its decoding, with the critical path marked. The prefill
 bar is split into the PD parts the workers reported (experiments/pd_breakdown.py: bootstrap,
 prefill queue and compute, KV transfer, first decode step, the way to the router); an unknown
-part keeps the plain prefill colour. Written by `moa-pd plot` as `fig_timeline.png`; `timeline_figure` for others."""
+part keeps the plain prefill colour. Written by `moa-pd plot` as `fig_timeline.png`;
+`timeline_figure` for other callers."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """Running question graphs on fake PD workers: the blocking/pipelined invariant, the layer
-barrier of blocking_layer (with early exit), dynamic slot order, stickiness to a prefill worker and DP rank, cumulative streams, trace fields, failures
-named by precursor or hook, timeouts, aborts, memory over many questions."""
+barrier of blocking_layer (with early exit), dynamic slot order, stickiness to a prefill worker
+and DP rank, cumulative streams, trace fields, failures named by precursor or hook, timeouts,
+aborts, memory over many questions."""
 
 from __future__ import annotations
 
