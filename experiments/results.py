@@ -71,7 +71,7 @@ class ResultRow(BaseModel):
 
     sample_id: str
     dataset: str
-    setting: int = Field(ge=1, le=5)
+    setting: int = Field(ge=1, le=6)
     # Setting #5 (single-model baseline): the model that answered alone; None for MoA settings.
     single_model: str | None = None
     answer: str | None = None

@@ -24,7 +24,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "or a path to a JSONL of id, question[, answer]",
     )
     p.add_argument("--num-samples", type=int, default=None, help="first N questions (default all)")
-    p.add_argument("--settings", default="1,2,3,4", help="which settings, e.g. 2,3 (default all)")
+    p.add_argument(
+        "--settings",
+        default="1,2,3,4",
+        help="which settings, e.g. 2,3 (default the paper's four; 5: single model, "
+        "6: tree blocking by layer)",
+    )
     p.add_argument("--concurrency", type=int, default=1, help="questions in flight at once")
     p.add_argument("--out", required=True, help="run folder: results.jsonl, summary, figures")
     p.add_argument("--cluster", help="cluster.json of a running deployment (else one is started)")

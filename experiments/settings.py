@@ -1,5 +1,8 @@
-"""The paper's four settings (§5.3): which topology, which router mode, early exit or not; and
-#5, the single-model baseline (each model of the tree config alone, experiments/single_model.py).
+"""The paper's four settings (§5.3): which topology, which router mode, early exit or not; #5,
+the single-model baseline (each model of the tree config alone, experiments/single_model.py);
+and #6, the tree in the paper's own blocking baseline: layer by layer, every agent of a layer
+waits for the whole previous layer (#2 starts each successor once its own precursors ended, a
+stronger baseline). On a dense all-to-all topology the two blocking modes are the same.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ class Setting:
     number: int
     label: str
     topology: str  # "dense", "tree" or "single" (each model of the tree config alone)
-    mode: str  # "blocking" or "pipelined" (the shell router's mode)
+    mode: str  # the shell router's mode: "blocking", "blocking_layer" or "pipelined"
     early_exit: bool
 
 
@@ -22,8 +25,10 @@ SETTINGS = {
     3: Setting(3, "#3 tree, pipelined", "tree", "pipelined", False),
     4: Setting(4, "#4 tree, pipelined + EE", "tree", "pipelined", True),
     5: Setting(5, "#5 single model", "single", "blocking", False),
+    6: Setting(6, "#6 tree, blocking by layer", "tree", "blocking_layer", False),
 }
 SINGLE = 5
+CHOICES = f"numbers {min(SETTINGS)}-{max(SETTINGS)}"
 
 
 def parse_settings(text: str) -> list[Setting]:
@@ -31,10 +36,8 @@ def parse_settings(text: str) -> list[Setting]:
     try:
         numbers = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ValueError(
-            f"--settings takes numbers 1-5 separated by commas, got '{text}'"
-        ) from None
+        raise ValueError(f"--settings takes {CHOICES} separated by commas, got '{text}'") from None
     bad = [n for n in numbers if n not in SETTINGS]
     if bad or not numbers:
-        raise ValueError(f"--settings takes numbers 1-5 separated by commas, got '{text}'")
+        raise ValueError(f"--settings takes {CHOICES} separated by commas, got '{text}'")
     return [SETTINGS[n] for n in dict.fromkeys(numbers)]

@@ -17,6 +17,7 @@ import numpy as np
 
 from experiments.critical_path import median_breakdown, overlap_gain
 from experiments.paired_stats import bootstrap_ci, mcnemar
+from experiments.pd_breakdown import median_path_breakdown
 from experiments.results import ResultRow, read_results
 from router.early_exit import activation_percentage
 
@@ -25,12 +26,9 @@ log = logging.getLogger(__name__)
 REFERENCE_SETTINGS = (1, 2)
 BLOCKING_REFERENCE = 2
 # Settings every other setting is compared with, paired per question (3: what early exit and
-# the single-model baseline are measured against, besides #1 and #2).
-PAIRED_REFERENCES = (
-    1,
-    2,
-    3,
-)  # the tree in blocking mode: what pipelined settings are measured against
+# the single-model baseline are measured against, besides #1 and #2; 6: the paper's own
+# baseline, blocking layer by layer).
+PAIRED_REFERENCES = (1, 2, 3, 6)
 
 
 @dataclass(slots=True)
@@ -60,9 +58,9 @@ class SettingSummary:
     # 95% bootstrap CIs of latency_vs_R_median over the paired per-sample ratios.
     latency_vs_1_ci: list[float] | None = None
     latency_vs_2_ci: list[float] | None = None
-    # Per reference setting R ("vs_1", "vs_2", "vs_3"; R != this setting) over the samples both
-    # ran: latency ratio median and CI, accuracy difference (this - R) with its CI, McNemar's
-    # exact test on the paired correct/incorrect outcomes.
+    # Per reference setting R ("vs_1", "vs_2", "vs_3", "vs_6"; R != this setting) over the
+    # samples both ran: latency ratio median and CI, accuracy difference (this - R) with its CI,
+    # McNemar's exact test on the paired correct/incorrect outcomes.
     paired: dict[str, dict] = field(default_factory=dict)
     ee_overhead_share: float | None = None  # Σ decision seconds / Σ e2e_s
     ee_seconds_mean: float | None = None
@@ -79,6 +77,10 @@ class SettingSummary:
     chunk_policy: str | None = None
     # Median seconds per part of the critical path (experiments/critical_path.py).
     critical_path_s: dict[str, float] | None = None
+    # The critical path's PD requests, their TTFT split from the workers' timings
+    # (experiments/pd_breakdown.py): per kind (leaf_prefill, exposed_prefill), median seconds
+    # per component, "unknown" where the workers did not report it.
+    pd_breakdown_s: dict[str, dict] | None = None
     # Pipelined settings: what overlap could save against blocking (#2) and what it saved.
     overlap_gain: dict | None = None
     # Each distinct error of the failed rows (first 300 characters) and how many rows had it, so
@@ -246,6 +248,7 @@ def summarize_setting(
         config=_single({r.config for r in mine}, "config", dataset, setting),
         chunk_policy=_single({r.chunk_policy for r in mine}, "chunk_policy", dataset, setting),
         critical_path_s=median_breakdown(ok),
+        pd_breakdown_s=median_path_breakdown(ok),
         overlap_gain=_overlap_gain(rows, mine, dataset, setting),
         error_messages=dict(Counter(r.error[:300] for r in mine if r.error).most_common()),
     )
@@ -300,6 +303,17 @@ def summary_document(summaries: Sequence[SettingSummary], source: str) -> dict:
             "median seconds per part of the critical path (final agent back through the "
             "precursor that ended last): leaf_prefill (leaf request to first token), "
             "exposed_prefill (successors' final request to first token), decode, other"
+        ),
+        "pd_breakdown_s": (
+            "the TTFT of the critical path's requests (leaf_prefill: leaves', through the native "
+            "sglang-router; exposed_prefill: successors' final requests), summed per question, "
+            "split by the workers' meta_info timings: bootstrap (to prefill and its bootstrap "
+            "queue), prefill_queue, prefill_compute, kv_transfer (prefill finished to KV at "
+            "decode), first_decode_step (decode's queue and the step emitting the first token), "
+            "to_router (from decode sending the token to the router receiving it); median over "
+            "the questions that know each, 'unknown' where no worker reported it (a leaf's "
+            "prefill side: the native router returns decode's reply only); unattributed = TTFT "
+            "the unknown parts cover"
         ),
         "overlap_gain": (
             "pipelined settings vs #2 over paired questions: possible_s = sum of #2's exposed "

@@ -10,6 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from experiments.settings import CHOICES, SETTINGS
 from router.config_loader import (
     config_from_dict,
     parse_json,
@@ -41,10 +42,11 @@ class SweepSpec(BaseModel):
     @field_validator("settings")
     @classmethod
     def _settings(cls, v: list[int]) -> list[int]:
-        bad = [s for s in v if s not in (1, 2, 3, 4, 5)]
+        bad = [s for s in v if s not in SETTINGS]
         if bad or not v:
             raise ValueError(
-                f"settings are numbers 1-5 (paper settings #1-#4, #5 single model), got {v}"
+                f"settings are {CHOICES} (paper settings #1-#4, #5 single model, #6 tree "
+                f"blocking by layer), got {v}"
             )
         return list(dict.fromkeys(v))
 

@@ -1,7 +1,10 @@
 """Per-question timeline (issue: "where the time goes"): one panel per setting for the same
 question, one row per agent, showing when it waited for its precursors, its warm-ups, its exposed
-prefill (request to first token) and its decoding, with the critical path marked. Written by
-`moa-pd plot` as `fig_timeline.png`; `timeline_figure` for other callers."""
+prefill (request to first token) and its decoding, with the critical path marked. The prefill
+bar is split into the PD parts the workers reported (experiments/pd_breakdown.py: bootstrap,
+prefill queue and compute, KV transfer, first decode step, the way to the router); an unknown
+part keeps the plain prefill colour. Written by `moa-pd plot` as `fig_timeline.png`;
+`timeline_figure` for other callers."""
 
 from __future__ import annotations
 
@@ -13,11 +16,15 @@ from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
 from experiments.critical_path import critical_path, final_agent
+from experiments.pd_breakdown import COMPONENTS, boundaries
 from experiments.results import ResultRow
 from experiments.summary_table import setting_label
 
 COLORS = {"wait": "#e8e8e8", "prefill": "#dd8452", "decode": "#4c72b0", "warmup": "#55a868"}
 CRITICAL = "#c44e52"
+PD_COLORS = dict(
+    zip(COMPONENTS, ("#b07aa1", "#edc948", "#b85c00", "#9c755f", "#76b7b2", "#ff9da7"), strict=True)
+)
 
 
 def pick_question(rows: Sequence[ResultRow]) -> str | None:
@@ -50,12 +57,16 @@ def timeline_figure(rows: Sequence[ResultRow], sample_id: str) -> Figure:
         squeeze=False,
         gridspec_kw={"height_ratios": [len(o) + 2 for o in orders]},
     )[:, 0]
+    drawn: set[str] = set()
     for ax, row, order in zip(axes, mine, orders):
-        _draw(ax, row, order)
+        drawn |= _draw(ax, row, order)
         ax.set_xlim(0, span * 1.02)
         ax.set_title(f"{setting_label(row.setting)}: {row.e2e_s:.1f} s", fontsize=9, loc="left")
     axes[-1].set_xlabel("seconds since the question started")
     legend = [Patch(color=c, label=k) for k, c in COLORS.items()]
+    legend += [
+        Patch(color=c, label=k.replace("_", " ")) for k, c in PD_COLORS.items() if k in drawn
+    ]
     legend.append(Patch(facecolor="white", edgecolor=CRITICAL, label="critical path"))
     legend.append(Line2D([], [], color="black", marker="x", linestyle="none", label="killed"))
     fig.legend(handles=legend, loc="upper right", ncol=6, fontsize=8, frameon=False)
@@ -64,7 +75,9 @@ def timeline_figure(rows: Sequence[ResultRow], sample_id: str) -> Figure:
     return fig
 
 
-def _draw(ax, row: ResultRow, order: list[str]) -> None:
+def _draw(ax, row: ResultRow, order: list[str]) -> set[str]:
+    """Draw one setting's panel; returns the PD parts it drew (for the legend)."""
+    drawn: set[str] = set()
     final = final_agent(row)
     path = set(critical_path(row.agents, final)) if final else set()
     for y, agent_id in enumerate(order):
@@ -84,6 +97,11 @@ def _draw(ax, row: ResultRow, order: list[str]) -> None:
                 ((request, first - request), COLORS["prefill"]),
                 ((first, a.end_s - first), COLORS["decode"]),
             ]
+            b = boundaries(a, row.session_started_at) if a.first_token_s is not None else []
+            for name, x0, x1 in zip(COMPONENTS, b, b[1:]):
+                if x0 is not None and x1 is not None:
+                    bars.append(((x0, x1 - x0), PD_COLORS[name]))
+                    drawn.add(name)
         for (x, w), color in bars:
             if w > 0:
                 ax.broken_barh(
@@ -100,6 +118,7 @@ def _draw(ax, row: ResultRow, order: list[str]) -> None:
         if label.get_text() in path:
             label.set_color(CRITICAL)
     ax.set_ylim(-0.6, len(order) - 0.4)
+    return drawn
 
 
 def plot_timeline(rows: Sequence[ResultRow], path: str | Path, dpi: int = 150) -> Path | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from router.answer_cache import AnswerCache
 from router.config import TopologyConfig
@@ -29,8 +29,9 @@ class AgentJob:
     agent_id: str
     cfg: TopologyConfig
     question: str
-    # Warm incrementally (pipelined) or send the whole prompt once precursors ended (blocking).
-    pipelined: bool
+    # The router mode (orchestrator.MODES): warm incrementally (pipelined), or send the whole
+    # prompt once the precursors ended (blocking) or once `layer_barrier` ended (blocking_layer).
+    mode: str
     apc: AnswerCache
     trace: AgentTrace
     clock: Clock
@@ -40,6 +41,12 @@ class AgentJob:
     forced_order: list[str] | None
     # Part of every rid: unique per session.
     rid_tag: str
+    # blocking_layer: the agents of every earlier layer; the final request waits for them all.
+    layer_barrier: list[str] = field(default_factory=list)
+
+    @property
+    def pipelined(self) -> bool:
+        return self.mode == "pipelined"
 
 
 class AgentRunner:
@@ -101,7 +108,16 @@ class AgentRunner:
             ids = await loop.run()
         else:
             # Blocking: nothing goes out (and no dynamic slot is assigned) before every kept
-            # precursor has ended; a failed one fails this agent in `state()`.
+            # precursor has ended; a failed one fails this agent in `state()`. By layer, first
+            # every agent of the earlier layers (whichever way each ended).
+            try:
+                await job.apc.wait_all_ended(job.layer_barrier, wait_s)
+            except TimeoutError as e:
+                waiting = [a for a in job.layer_barrier if not job.apc[a].ended]
+                raise TimeoutError(
+                    f"agent '{job.agent_id}' waited {wait_s:g}s at its layer barrier for "
+                    f"{waiting} without progress"
+                ) from e
             try:
                 await job.apc.wait_ended(prompt.kept, wait_s)
             except TimeoutError as e:
@@ -176,13 +192,9 @@ class AgentRunner:
             and trace.cached_tokens is not None
             and trace.prompt_tokens
         ):
-            self.ctx.metrics.cached_ratio.labels(self.model, mode_name(job)).observe(
+            self.ctx.metrics.cached_ratio.labels(self.model, job.mode).observe(
                 trace.cached_tokens / trace.prompt_tokens
             )
-
-
-def mode_name(job: AgentJob) -> str:
-    return "pipelined" if job.pipelined else "blocking"
 
 
 def worker_timing(prefill_meta: dict, decode_meta: dict) -> dict[str, float]:

@@ -119,6 +119,13 @@ class AnswerCache:
                 return
             await self.wait_change(self.version, timeout)
 
+    async def wait_all_ended(self, agent_ids: Iterable[str], timeout: float | None = None) -> None:
+        """Return once every agent of `agent_ids` has ended, whichever way (done, failed or
+        killed): a layer barrier. `timeout` bounds each wait for a change."""
+        ids = list(agent_ids)
+        while not all(self._answers[a].ended for a in ids):
+            await self.wait_change(self.version, timeout)
+
     async def follow(self, agent_id: str) -> AsyncIterator[tuple[list[int], list[float], str]]:
         """(new ids, their logprobs, cumulative text) of one agent as its entry grows, until it
         ended."""

@@ -1,6 +1,8 @@
-"""Runs one question's agent graph (a Session) in `pipelined` or `blocking` mode: every agent's
-output streams into the session's APC; a successor is warmed incrementally (pipelined) or sent
-whole once its precursors finished (blocking); agent_runner.py sends each agent's requests. The
+"""Runs one question's agent graph (a Session) in `pipelined`, `blocking` or `blocking_layer`
+mode: every agent's output streams into the session's APC; a successor is warmed incrementally
+(pipelined), sent whole once its precursors finished (blocking), or sent whole once every agent
+of the layers before its own ended (blocking_layer: the paper's baseline, "conventional,
+blocking, layer-by-layer orchestration"); agent_runner.py sends each agent's requests. The
 server calls `run_all` (whole graph) or `start_agent` (one agent of a driver's fan-out).
 
 Early-exit hook: after each precursor completes, `on_completion(session, successor, agent)` (if
@@ -30,8 +32,8 @@ from router.trace import AgentTrace, Clock
 
 log = logging.getLogger(__name__)
 
-Mode = Literal["pipelined", "blocking"]
-MODES = ("pipelined", "blocking")
+Mode = Literal["pipelined", "blocking", "blocking_layer"]
+MODES = ("pipelined", "blocking", "blocking_layer")
 CompletionHook = Callable[["Session", str, str], Awaitable[list[str]]]
 
 
@@ -81,7 +83,7 @@ class Session:
         self.clock = Clock()
         ids = [a.id for a in cfg.agents]
         self.apc = AnswerCache(ids)
-        depth = layers(cfg)
+        depth = self.depth = layers(cfg)
         self.traces = {a.id: AgentTrace(model=a.model, layer=depth[a.id]) for a in cfg.agents}
         self.readers = successors(cfg)
         self.dropped: dict[str, set[str]] = {a: set() for a in ids}
@@ -188,7 +190,8 @@ class Session:
             agent_id=agent_id,
             cfg=self.cfg,
             question=self.question,
-            pipelined=self.mode == "pipelined",
+            mode=self.mode,
+            layer_barrier=self._layer_barrier(agent_id),
             apc=self.apc,
             trace=self.traces[agent_id],
             clock=self.clock,
@@ -196,6 +199,14 @@ class Session:
             forced_order=self.slot_orders.get(agent_id),
             rid_tag=self.rid_tag,
         )
+
+    def _layer_barrier(self, agent_id: str) -> list[str]:
+        """blocking_layer: every agent of the layers before `agent_id`'s, which must all have
+        ended (done, failed, or killed by early exit) before its final request goes out."""
+        if self.mode != "blocking_layer":
+            return []
+        mine = self.depth[agent_id]
+        return [a for a, d in self.depth.items() if d < mine]
 
     async def _run(self, agent_id: str) -> None:
         trace = self.traces[agent_id]

@@ -77,11 +77,15 @@ PRIORITY_DISABLED_MESSAGE = (
     "Using priority is disabled for this server. Please send a new request without a priority."
 )
 
-# --- meta_info timing keys (SGLang 0.5.23 with --enable-metrics) ---------------------------------
-# Every chunk (the scheduler's SchedulerReqTimeStats): points in time as Unix seconds, spans in s.
+# --- meta_info timing keys (SGLang with --enable-metrics; without it meta_info has none) --------
+# Every chunk (the scheduler's SchedulerReqTimeStats, 0.5.17 and 0.5.23): points in time as Unix
+# seconds, spans in seconds. In PD mode, on prefill: the waiting queue is entered once bootstrap
+# is done; on decode: once the KV arrived, and the "forward" is the prebuilt batch that emits the
+# token prefill sampled (decode reports no prefill_finished_time).
 FORWARD_ENTRY_TIME = "forward_entry_time"  # the request's first forward began
 PREFILL_FINISHED_TIME = "prefill_finished_time"  # the forward that finished its prompt ended
 QUEUE_TIME = "queue_time"  # forward_entry_time - entering the waiting queue (after bootstrap)
+# In some earlier releases' meta_info, not in 0.5.17's or 0.5.23's.
 PREFILL_WAITING_LATENCY = "prefill_waiting_latency"
 PREFILL_LAUNCH_LATENCY = "prefill_launch_latency"
 # The last chunk (the API server's APIServerReqTimeStats). On a PD prefill worker the reply, and
@@ -89,8 +93,12 @@ PREFILL_LAUNCH_LATENCY = "prefill_launch_latency"
 REQUEST_RECEIVED_TS = "request_received_ts"
 API_SERVER_DISPATCH_FINISH_TS = "api_server_dispatch_finish_ts"
 REQUEST_FINISHED_TS = "request_finished_ts"
-INFERENCE_TIME = "inference_time"  # request_finished - forward_entry, seconds
-DECODE_THROUGHPUT = "decode_throughput"  # completion tokens / (finished - first token), tok/s
+FIRST_TOKEN_LATENCY = "first_token_latency"  # 0.5.23: first token - received, seconds
+# When the API server sent its first response chunk (a stream's first token; a whole reply):
+# that chunk has it and, with --enable-metrics, the last chunk too (0.5.17 and 0.5.23).
+RESPONSE_SENT_TO_CLIENT_TS = "response_sent_to_client_ts"
+INFERENCE_TIME = "inference_time"  # request_finished - forward_entry (not in 0.5.17/0.5.23)
+DECODE_THROUGHPUT = "decode_throughput"  # (completion tokens - 1) / (finished - first token)
 # meta_info keys with a request's worker-side timings, copied into the agent trace.
 WORKER_TIMING_KEYS: tuple[str, ...] = (
     REQUEST_RECEIVED_TS,
@@ -98,6 +106,8 @@ WORKER_TIMING_KEYS: tuple[str, ...] = (
     FORWARD_ENTRY_TIME,
     PREFILL_FINISHED_TIME,
     REQUEST_FINISHED_TS,
+    RESPONSE_SENT_TO_CLIENT_TS,
+    FIRST_TOKEN_LATENCY,
     INFERENCE_TIME,
 )
 

@@ -5,8 +5,46 @@ from __future__ import annotations
 
 import random
 
+from experiments.settings import SETTINGS
+
 MODELS = ("qwen-4b", "qwen-8b", "qwen-32b")
-BASE_LATENCY = {1: 10.0, 2: 4.0, 3: 3.0, 4: 1.8}
+BASE_LATENCY = {1: 10.0, 2: 4.0, 3: 3.0, 4: 1.8, 6: 4.6}
+# Wall time the router's session clock started at (the agents' times count from it).
+SESSION_T0 = 1_700_000_000.0
+# Every request's TTFT (0.1 s) in experiments.pd_breakdown.COMPONENTS order: bootstrap, prefill
+# queue, prefill compute, KV transfer, first decode step, the token's way to the router.
+PD_PARTS = (0.002, 0.011, 0.06, 0.02, 0.005, 0.002)
+
+
+def worker_timing(request_s: float, parts=PD_PARTS, leaf: bool = False) -> dict[str, float]:
+    """The trace's `worker_timing` ("prefill.<meta_info key>", "decode.<key>") of a request sent
+    at `request_s` whose TTFT splits into `parts`. A leaf's reply came through the native
+    sglang-router: decode's timings only."""
+    # The last part, the token's way to the router, is what is left until first_token_s.
+    bootstrap, queue, compute, transfer, first, _ = parts
+    sent = SESSION_T0 + request_s
+    prefill_queued = sent + bootstrap
+    prefill_forward = prefill_queued + queue
+    prefill_done = prefill_forward + compute
+    kv_at_decode = prefill_done + transfer
+    decode_forward = kv_at_decode + first / 4  # decode waited a quarter of its part for a batch
+    received = sent + 0.001
+    timing = {
+        "decode.request_received_ts": received,
+        "decode.forward_entry_time": decode_forward,
+        "decode.queue_time": decode_forward - kv_at_decode,
+        "decode.first_token_latency": kv_at_decode + first / 2 - received,
+        "decode.response_sent_to_client_ts": kv_at_decode + first,
+    }
+    if not leaf:
+        timing |= {
+            "prefill.request_received_ts": sent + 0.001,
+            "prefill.queue_time": queue,
+            "prefill.forward_entry_time": prefill_forward,
+            "prefill.prefill_finished_time": prefill_done,
+            "prefill.request_finished_ts": kv_at_decode + 0.001,
+        }
+    return timing
 
 
 def _agent(
@@ -22,8 +60,10 @@ def _agent(
         "output_ids": [1, 2, 3],
         "text": "42",
         "start_s": 0.0,
-        "first_token_s": 0.1,
+        "final_request_s": 0.0,
+        "first_token_s": sum(PD_PARTS),
         "end_s": 1.0,
+        "worker_timing": worker_timing(0.0, leaf=not precursors),
         "warmups": warmups,
         "prompt_tokens": prompt,
         "cached_tokens": cached,
@@ -38,7 +78,7 @@ def agents_for(setting: int, rng: random.Random) -> tuple[dict, list[dict]]:
     if setting == 1:
         layer2 = {f"a{i}": _agent(MODELS[i // 3], list(layer1), prompt=900) for i in range(9)}
         return {**layer1, **layer2, "final": _agent("qwen-32b", list(layer2), prompt=900)}, []
-    pipelined = setting >= 3
+    pipelined = SETTINGS[setting].mode == "pipelined"
     decisions = []
     for c in range(3):
         members = [f"p{3 * c + k}" for k in range(3)]
@@ -105,11 +145,12 @@ def make_rows(
                         "gold": "42",
                         "correct": correct,
                         "e2e_s": BASE_LATENCY[s] * scale * rng.uniform(0.9, 1.1),
+                        "session_started_at": SESSION_T0,
                         "agents": {} if failed else agents,
                         "early_exit": [] if failed else ee,
                         "error": "worker died" if failed else None,
                         "config": "all_to_all_9_9_1" if s == 1 else "tree_9_3_1",
-                        "mode": "blocking" if s <= 2 else "pipelined",
+                        "mode": SETTINGS[s].mode,
                     }
                 )
     return rows

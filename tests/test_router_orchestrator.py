@@ -1,6 +1,7 @@
-"""Running question graphs on fake PD workers: the blocking/pipelined invariant, dynamic slot
-order, stickiness to a prefill worker and DP rank, cumulative streams, trace fields, failures
-named by precursor or hook, timeouts, aborts, memory over many questions."""
+"""Running question graphs on fake PD workers: the blocking/pipelined invariant, the layer
+barrier of blocking_layer (with early exit), dynamic slot order, stickiness to a prefill worker
+and DP rank, cumulative streams, trace fields, failures named by precursor or hook, timeouts,
+aborts, memory over many questions."""
 
 from __future__ import annotations
 
@@ -43,13 +44,15 @@ async def test_pipelined_and_blocking_give_identical_tokens(
                 piped = await run(ctx, cfg, "pipelined", q)
                 orders = {a: t["slot_order"] for a, t in piped.trace.items() if t["slot_order"]}
                 blocked = await run(ctx, cfg, "blocking", q, slot_orders=orders)
-                for agent, t in piped.trace.items():
-                    assert t["output_ids"] == blocked.trace[agent]["output_ids"], agent
-                    assert t["slot_order"] == blocked.trace[agent]["slot_order"]
-                assert piped.answer == blocked.answer
+                by_layer = await run(ctx, cfg, "blocking_layer", q, slot_orders=orders)
+                for other in (blocked, by_layer):
+                    for agent, t in piped.trace.items():
+                        assert t["output_ids"] == other.trace[agent]["output_ids"], agent
+                        assert t["slot_order"] == other.trace[agent]["slot_order"]
+                    assert piped.answer == other.answer
+                    assert all(t["warmups"] == 0 for t in other.trace.values())
                 succ = [t for t in piped.trace.values() if t["slot_order"]]
                 assert all(t["warmups"] >= 1 for t in succ)
-                assert all(t["warmups"] == 0 for t in blocked.trace.values())
                 # The final request found everything warmed in the prefill worker's cache.
                 assert all(t["cached_tokens"] >= t["warmup_lengths"][-1] for t in succ)
         # Each final request reached the prefill worker and a decode worker with one room; the
@@ -60,6 +63,67 @@ async def test_pipelined_and_blocking_give_identical_tokens(
         for rid, r in finals.items():
             assert r[P.BOOTSTRAP_ROOM] == decoded[rid][P.BOOTSTRAP_ROOM] is not None
             assert decoded[rid][P.BOOTSTRAP_HOST] == cluster.prefills[0].host
+    finally:
+        await cluster.close()
+
+
+def _layer_ends(trace: dict) -> dict[int, float]:
+    ends: dict[int, float] = {}
+    for t in trace.values():
+        ends[t["layer"]] = max(ends.get(t["layer"], 0.0), t["end_s"])
+    return ends
+
+
+async def test_blocking_by_layer_waits_for_the_whole_previous_layer(smollm_tokenizer_path):  # noqa: F811
+    # Cluster 0's leaves decode ten times slower: agg_1 and agg_2 could start long before.
+    delays = {"leaf_0_": 0.03}
+    cluster = await start_fake_cluster(
+        smollm_tokenizer_path,
+        decode={"token_delay_s": 0.003, "delay_by_rid": delays},
+        router={"token_delay_s": 0.003, "delay_by_rid": delays},
+    )
+    cfg = tree_config("tree_9_3_1_cpu", max_new_tokens=10)
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            blocked = await run(ctx, cfg, "blocking")
+            by_layer = await run(ctx, cfg, "blocking_layer")
+        # blocking: agg_1 goes as soon as its own cluster is done, before cluster 0 ends.
+        ends = _layer_ends(blocked.trace)
+        assert blocked.trace["agg_1"]["final_request_s"] < ends[1]
+        # blocking_layer: no agent of layer k sends its request before all of layer k-1 ended.
+        ends = _layer_ends(by_layer.trace)
+        for agent, t in by_layer.trace.items():
+            if t["layer"] > 1:
+                assert t["final_request_s"] >= ends[t["layer"] - 1], agent
+        assert all(t["output_ids"] for t in by_layer.trace.values())
+    finally:
+        await cluster.close()
+
+
+async def test_a_pruned_agent_counts_as_ended_at_the_layer_barrier(smollm_tokenizer_path):  # noqa: F811
+    # leaf_0_1 would decode for ~6 s; early exit prunes it once leaf_0_0 completed.
+    cluster = await start_fake_cluster(
+        smollm_tokenizer_path,
+        decode={"token_delay_s": 0.003},
+        router={"token_delay_s": 0.003, "delay_by_rid": {"leaf_0_1": 0.3}},
+    )
+
+    async def hook(session, successor, agent):
+        return ["leaf_0_1"] if (successor, agent) == ("agg_0", "leaf_0_0") else []
+
+    cfg = tree_config("tree_9_3_1_cpu", max_new_tokens=20)
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            session = Session(ctx, cfg, "q", "blocking_layer", on_completion=hook)
+            result = await asyncio.wait_for(session.run_all(), 20)
+        pruned = result.trace["leaf_0_1"]
+        assert pruned["killed"] and pruned["end_s"] < 3
+        ends = _layer_ends(result.trace)
+        for agent in ("agg_0", "agg_1", "agg_2"):
+            t = result.trace[agent]
+            assert ends[1] <= t["final_request_s"] < 3, agent
+        assert result.trace["agg_0"]["slot_order"] == ["leaf_0_0", "leaf_0_2"]
+        assert result.trace["final"]["final_request_s"] >= ends[2]
     finally:
         await cluster.close()
 

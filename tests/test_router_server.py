@@ -74,7 +74,12 @@ async def test_inline_config_and_bad_input(api):
     r = await client.post("/v1/moa/run", json={"question": "q", "config": bad})
     assert r.status == 400 and "ghost" in (await r.json())["message"]
     r = await client.post("/v1/moa/run", json={"question": "q", "config": cfg.name, "mode": "x"})
-    assert r.status == 400 and "pipelined" in (await r.json())["message"]
+    message = (await r.json())["message"]
+    assert r.status == 400 and "pipelined" in message and "blocking_layer" in message
+    r = await client.post(
+        "/v1/moa/run", json={"question": "q", "config": cfg.name, "mode": "blocking_layer"}
+    )
+    assert r.status == 200 and (await r.json())["mode"] == "blocking_layer"
     r = await client.post("/v1/moa/run", json={"question": "q", "config": "no_such_cfg"})
     assert r.status == 400 and "no such config" in (await r.json())["message"]
     r = await client.post("/v1/moa/run", data=b"{nope")

@@ -211,7 +211,10 @@ def test_sglang_backend_dry_run_runs_without_sglang():
     assert (
         out.strip()
         .splitlines()[-1]
-        .endswith("-m sglang.launch_server --model-path /m --disaggregation-mode prefill")
+        .endswith(
+            "-m sglang.launch_server --model-path /m --disaggregation-mode prefill "
+            "--enable-metrics"  # the meta_info timings of the PD breakdown
+        )
     )
 
 

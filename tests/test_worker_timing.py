@@ -39,7 +39,8 @@ def test_meta_info_turns_stamps_into_unix_times_and_spans():
     f = ts.finished_meta(completion_tokens=8)
     assert f[P.REQUEST_FINISHED_TS] - f[P.REQUEST_RECEIVED_TS] == pytest.approx(4.0)
     assert f[P.INFERENCE_TIME] == pytest.approx(3.0)
-    assert f[P.DECODE_THROUGHPUT] == pytest.approx(4.0)
+    assert f[P.DECODE_THROUGHPUT] == pytest.approx(3.5)  # SGLang's: 7 tokens after the first
+    assert f[P.FIRST_TOKEN_LATENCY] == pytest.approx(2.0)
     # Nothing reached yet: no made-up points in time.
     empty = ReqTimeStats()
     assert P.FORWARD_ENTRY_TIME not in empty.scheduler_meta() and empty.finished_meta(0) == {}
@@ -51,9 +52,33 @@ def test_meta_info_turns_stamps_into_unix_times_and_spans():
         },
         **{
             f"decode.{k}": f[k]
-            for k in (P.REQUEST_RECEIVED_TS, P.REQUEST_FINISHED_TS, P.INFERENCE_TIME)
+            for k in (
+                P.REQUEST_RECEIVED_TS,
+                P.REQUEST_FINISHED_TS,
+                P.FIRST_TOKEN_LATENCY,
+                P.INFERENCE_TIME,
+            )
         },
     }
+
+
+def test_response_sent_to_client_ts_marks_the_first_chunk_as_sglang_does():
+    from sglang_ext.engine.generate_io import ReplyBuilder
+    from sglang_ext.engine.request import OutputChunk
+
+    out = ReplyBuilder(make_req("r", [1, 2, 3], 2, Collector()), tokenizer=None)
+    out.add(OutputChunk([7], [], [], 3, 1, 0))
+    first = out.stream_chunk()[P.META_INFO]
+    out.add(OutputChunk([8], [], [], 3, 2, 0, {"type": P.FINISH_LENGTH, "length": 2}))
+    last = out.stream_chunk()[P.META_INFO]
+    # The first chunk carries it; the last repeats the same stamp with the finished timings.
+    assert first[P.RESPONSE_SENT_TO_CLIENT_TS] == last[P.RESPONSE_SENT_TO_CLIENT_TS]
+    assert last[P.REQUEST_FINISHED_TS] >= last[P.RESPONSE_SENT_TO_CLIENT_TS]
+    # A whole (non-streamed) reply is sent once it finished.
+    whole = ReplyBuilder(make_req("w", [1, 2, 3], 1, Collector()), tokenizer=None)
+    whole.add(OutputChunk([7], [], [], 3, 1, 0, {"type": P.FINISH_LENGTH, "length": 1}))
+    m = whole.reply()[P.META_INFO]
+    assert m[P.RESPONSE_SENT_TO_CLIENT_TS] >= m[P.REQUEST_FINISHED_TS]
 
 
 def test_engine_stamps_a_request_in_order():
@@ -129,3 +154,34 @@ def test_null_and_pd_workers_report_sglang_timings(stack):
     _in_order(dec, P.REQUEST_RECEIVED_TS, P.FORWARD_ENTRY_TIME, P.REQUEST_FINISHED_TS)
     assert pre[P.PREFILL_FINISHED_TIME] <= dec[P.FORWARD_ENTRY_TIME]
     assert P.PREFILL_FINISHED_TIME not in dec  # as SGLang: decode runs no prefill
+
+
+@pytest.mark.slow
+async def test_the_pd_breakdown_of_real_requests_adds_up_to_their_ttft(stack):
+    """A 3-1 question through the router on the real PD pair: the final request (dispatched to
+    both workers by the router) has every part, each non-negative, summing to its TTFT; the
+    leaves (through the native sglang-router: decode's reply only) have decode's parts alone."""
+    from experiments.pd_breakdown import COMPONENTS, request_breakdown
+    from experiments.results import AgentTrace
+    from router.context import RouterContext
+    from router.orchestrator import Session
+    from tests.router_fixtures import stack_cluster, tree_config
+
+    async with RouterContext.open(stack_cluster(stack)) as ctx:
+        for mode in ("blocking", "pipelined"):
+            session = Session(ctx, tree_config(max_new_tokens=4), "What is 7 times 8?", mode)
+            result = await session.run_all()
+            for agent_id, t in result.trace.items():
+                a = AgentTrace.model_validate(t)
+                parts = request_breakdown(a, session.clock.wall_t0)
+                ttft = a.first_token_s - a.final_request_s
+                known = {k: parts[k] for k in COMPONENTS if parts[k] is not None}
+                where = (mode, agent_id, parts)
+                assert all(v >= 0 for v in known.values()), where
+                assert sum(known.values()) + parts["unattributed"] == pytest.approx(ttft, abs=1e-6)
+                if a.slot_order:
+                    assert set(known) == set(COMPONENTS), where
+                    assert parts["unattributed"] == pytest.approx(0, abs=1e-3)
+                    assert parts["prefill_compute"] > 0
+                else:
+                    assert set(known) == {"first_decode_step", "to_router"}, where

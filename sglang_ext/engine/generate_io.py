@@ -213,10 +213,12 @@ class ReplyBuilder:
         return m
 
     def reply(self) -> dict:
+        meta = self.meta(incremental=False)
+        meta.update(self.req.time_stats.response_sent_meta())
         return {
             P.TEXT: self.text(final=True),
             P.OUTPUT_IDS: list(self.output_ids),
-            P.META_INFO: self.meta(incremental=False),
+            P.META_INFO: meta,
         }
 
     def stream_chunk(self) -> dict:
@@ -224,8 +226,11 @@ class ReplyBuilder:
         final = bool(self.last and self.last.finished)
         new_ids = self.output_ids[self.sent_ids :]
         self.sent_ids = len(self.output_ids)
+        meta = self.meta(incremental=True)
+        if self.req.time_stats.response_sent_to_client_time == 0:  # the stream's first chunk
+            meta.update(self.req.time_stats.response_sent_meta())
         return {
             P.TEXT: self.text(final),
             P.OUTPUT_IDS: new_ids,
-            P.META_INFO: self.meta(incremental=True),
+            P.META_INFO: meta,
         }

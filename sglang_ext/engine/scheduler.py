@@ -251,7 +251,10 @@ class Scheduler:
     def _start_decode(self, req: Req) -> None:
         first = self.kv_transfer.first_token(req)  # raises on bad aux: the caller fails req
         req.kv_receiver = None
-        req.time_stats.wait_queue_entry_time = req.time_stats.now()
+        # SGLang's decode: the KV arrived (waiting queue), and its first "forward" is the
+        # prebuilt batch that emits the token prefill sampled: here at once.
+        ts = req.time_stats
+        ts.wait_queue_entry_time = ts.forward_entry_time = ts.now()
         req.num_computed = req.prompt_len
         req.cached_tokens = first.cached_tokens
         self.append_token(req, first.token, first.logprob, first.top_logprobs)
@@ -335,8 +338,6 @@ class Scheduler:
         reqs = list(self.running)
         for r in reqs:
             self.pages.grow(r, r.seq_len)
-            if r.time_stats.forward_entry_time == 0:  # decode worker: its first forward here
-                r.time_stats.forward_entry_time = r.time_stats.now()
         slots = [self.pages.req_to_token.slots(r.row, 0, r.seq_len) for r in reqs]
         return Batch(
             reqs,

@@ -2,9 +2,9 @@
 keys of SGLang's `meta_info` they become.
 
 The engine thread sets the scheduler's stamps (queues, forward); the HTTP layer sets the ones
-SGLang's API server owns (received, dispatched, first token, finished). Stamps are
-`time.perf_counter()` readings (0.0 = not reached); `meta_info` turns the points in time into
-Unix seconds and the spans into seconds, as SGLang 0.5.23 does with `--enable-metrics`
+SGLang's API server owns (received, dispatched, first token, first chunk sent, finished).
+Stamps are `time.perf_counter()` readings (0.0 = not reached); `meta_info` turns the points in
+time into Unix seconds and the spans into seconds, as SGLang 0.5.23 does with `--enable-metrics`
 (`SchedulerReqTimeStats` / `APIServerReqTimeStats.convert_to_output_meta_info`).
 """
 
@@ -30,6 +30,7 @@ class ReqTimeStats:
     api_server_dispatch_finish_time: float = 0.0
     first_token_time: float = 0.0
     finished_time: float = 0.0
+    response_sent_to_client_time: float = 0.0  # the first response chunk went out
     # scheduler, every mode
     wait_queue_entry_time: float = 0.0
     forward_entry_time: float = 0.0
@@ -63,6 +64,13 @@ class ReqTimeStats:
         m[P.PREFILL_LAUNCH_LATENCY] = end - start if start > 0 and end > 0 else None
         return m
 
+    def response_sent_meta(self) -> dict:
+        """Stamp the first response chunk going out (once) and return its meta_info entry:
+        SGLang adds it to that chunk, and to the last one with the rest of finished_meta."""
+        if self.response_sent_to_client_time == 0:
+            self.response_sent_to_client_time = self.now()
+        return {P.RESPONSE_SENT_TO_CLIENT_TS: _unix(self.response_sent_to_client_time)}
+
     def finished_meta(self, completion_tokens: int) -> dict:
         """What SGLang's API server adds to the last chunk's meta_info."""
         m: dict = {}
@@ -70,11 +78,16 @@ class ReqTimeStats:
             m[P.REQUEST_RECEIVED_TS] = _unix(self.created_time)
         if self.api_server_dispatch_finish_time > 0:
             m[P.API_SERVER_DISPATCH_FINISH_TS] = _unix(self.api_server_dispatch_finish_time)
+        if self.response_sent_to_client_time > 0:
+            m.update(self.response_sent_meta())
+        if self.created_time > 0 and self.first_token_time > self.created_time:
+            m[P.FIRST_TOKEN_LATENCY] = self.first_token_time - self.created_time
         if self.finished_time > 0:
             m[P.REQUEST_FINISHED_TS] = _unix(self.finished_time)
             if self.forward_entry_time > 0:
                 m[P.INFERENCE_TIME] = self.finished_time - self.forward_entry_time
             decode = self.finished_time - self.first_token_time
-            if self.first_token_time > 0 and decode > 0 and completion_tokens > 0:
-                m[P.DECODE_THROUGHPUT] = completion_tokens / decode
+            if self.first_token_time > 0 and decode > 0 and completion_tokens > 1:
+                # SGLang's: one over the time per output token after the first.
+                m[P.DECODE_THROUGHPUT] = (completion_tokens - 1) / decode
         return m

@@ -47,6 +47,13 @@ def check_options(sglang_args: list[str], env: dict[str, str]) -> None:
         raise UnsupportedOption(f"{sorted(grpc)}: no HTTP app to mount /prefill_only on")
 
 
+def with_metrics(sglang_args: list[str]) -> list[str]:
+    """SGLang's args plus `--enable-metrics`: without it SGLang puts no timing into meta_info
+    (queue_time, forward_entry_time, prefill_finished_time, request_received_ts, ...), and the
+    router's breakdown of each request's time to first token would be all unknown."""
+    return sglang_args if "--enable-metrics" in sglang_args else [*sglang_args, "--enable-metrics"]
+
+
 def _dry_run(sglang_args: list[str]) -> None:
     try:
         version, note = installed_version(), ""
@@ -71,6 +78,7 @@ def main(argv: list[str]) -> int:
         help="print the patch plan and the SGLang command line, run nothing",
     )
     ours, sglang_args = parser.parse_known_args(argv)
+    sglang_args = with_metrics(sglang_args)
     try:
         check_options(sglang_args, dict(os.environ))
         if ours.dry_run:
