@@ -21,7 +21,7 @@ from experiments.timeline import plot_timeline
 
 log = logging.getLogger(__name__)
 
-SETTING_COLORS = {1: "#9e9e9e", 2: "#4c72b0", 3: "#55a868", 4: "#c44e52", 6: "#1f3a63"}
+SETTING_COLORS = {1: "#9e9e9e", 2: "#4c72b0", 3: "#55a868", 4: "#c44e52", 7: "#1f3a63"}
 # Setting #5 (single model): one shade per model, in the run's model order.
 SINGLE_COLORS = ("#8172b2", "#937860", "#da8bc3", "#ccb974", "#64b5cd")
 

@@ -13,6 +13,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from experiments.settings import SETTINGS
+
 log = logging.getLogger(__name__)
 
 
@@ -71,7 +73,7 @@ class ResultRow(BaseModel):
 
     sample_id: str
     dataset: str
-    setting: int = Field(ge=1, le=6)
+    setting: int
     # Setting #5 (single-model baseline): the model that answered alone; None for MoA settings.
     single_model: str | None = None
     answer: str | None = None
@@ -88,6 +90,13 @@ class ResultRow(BaseModel):
     config: str | None = None
     mode: str | None = None
     chunk_policy: str | None = None
+
+    @field_validator("setting")
+    @classmethod
+    def _known_setting(cls, v: int) -> int:
+        if v not in SETTINGS:
+            raise ValueError(f"setting {v} is not one of {', '.join(map(str, SETTINGS))}")
+        return v
 
     @field_validator("sample_id", "answer", "gold", mode="before")
     @classmethod

@@ -1,6 +1,6 @@
 """The paper's four settings (§5.3): which topology, which router mode, early exit or not; #5,
 the single-model baseline (each model of the tree config alone, experiments/single_model.py);
-and #6, the tree in the paper's own blocking baseline: layer by layer, every agent of a layer
+and #7, the tree in the paper's own blocking baseline: layer by layer, every agent of a layer
 waits for the whole previous layer (#2 starts each successor once its own precursors ended, a
 stronger baseline). On a dense all-to-all topology the two blocking modes are the same.
 """
@@ -25,10 +25,11 @@ SETTINGS = {
     3: Setting(3, "#3 tree, pipelined", "tree", "pipelined", False),
     4: Setting(4, "#4 tree, pipelined + EE", "tree", "pipelined", True),
     5: Setting(5, "#5 single model", "single", "blocking", False),
-    6: Setting(6, "#6 tree, blocking by layer", "tree", "blocking_layer", False),
+    # #6 is kept for the routed setting (issue 20: tree + RouteMoA-style routing).
+    7: Setting(7, "#7 tree, blocking by layer", "tree", "blocking_layer", False),
 }
 SINGLE = 5
-CHOICES = f"numbers {min(SETTINGS)}-{max(SETTINGS)}"
+CHOICES = "numbers among " + ", ".join(map(str, SETTINGS))
 
 
 def parse_settings(text: str) -> list[Setting]:

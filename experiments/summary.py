@@ -28,7 +28,7 @@ BLOCKING_REFERENCE = 2
 # Settings every other setting is compared with, paired per question (3: what early exit and
 # the single-model baseline are measured against, besides #1 and #2; 6: the paper's own
 # baseline, blocking layer by layer).
-PAIRED_REFERENCES = (1, 2, 3, 6)
+PAIRED_REFERENCES = (1, 2, 3, 7)
 
 
 @dataclass(slots=True)
@@ -58,7 +58,7 @@ class SettingSummary:
     # 95% bootstrap CIs of latency_vs_R_median over the paired per-sample ratios.
     latency_vs_1_ci: list[float] | None = None
     latency_vs_2_ci: list[float] | None = None
-    # Per reference setting R ("vs_1", "vs_2", "vs_3", "vs_6"; R != this setting) over the
+    # Per reference setting R ("vs_1", "vs_2", "vs_3", "vs_7"; R != this setting) over the
     # samples both ran: latency ratio median and CI, accuracy difference (this - R) with its CI,
     # McNemar's exact test on the paired correct/incorrect outcomes.
     paired: dict[str, dict] = field(default_factory=dict)

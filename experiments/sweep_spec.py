@@ -45,7 +45,7 @@ class SweepSpec(BaseModel):
         bad = [s for s in v if s not in SETTINGS]
         if bad or not v:
             raise ValueError(
-                f"settings are {CHOICES} (paper settings #1-#4, #5 single model, #6 tree "
+                f"settings are {CHOICES} (paper settings #1-#4, #5 single model, #7 tree "
                 f"blocking by layer), got {v}"
             )
         return list(dict.fromkeys(v))

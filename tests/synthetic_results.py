@@ -8,7 +8,7 @@ import random
 from experiments.settings import SETTINGS
 
 MODELS = ("qwen-4b", "qwen-8b", "qwen-32b")
-BASE_LATENCY = {1: 10.0, 2: 4.0, 3: 3.0, 4: 1.8, 6: 4.6}
+BASE_LATENCY = {1: 10.0, 2: 4.0, 3: 3.0, 4: 1.8, 7: 4.6}
 # Wall time the router's session clock started at (the agents' times count from it).
 SESSION_T0 = 1_700_000_000.0
 # Every request's TTFT (0.1 s) in experiments.pd_breakdown.COMPONENTS order: bootstrap, prefill

@@ -89,7 +89,7 @@ def test_the_critical_paths_requests_are_summed_per_kind():
 
 
 def test_summary_json_reports_the_median_parts_per_setting():
-    rows = [ResultRow.model_validate(r) for r in make_rows(settings=(2, 3, 6), n=4)]
+    rows = [ResultRow.model_validate(r) for r in make_rows(settings=(2, 3, 7), n=4)]
     for s in summarize(rows):
         pd = s.pd_breakdown_s
         exposed, leaf = pd["exposed_prefill"], pd["leaf_prefill"]

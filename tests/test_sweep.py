@@ -47,7 +47,7 @@ class FakeRunner:
     "raw, where, message",
     [
         ({"confgs": ["x"]}, "confgs", "did you mean 'configs'"),
-        ({"settings": [1, 7]}, "settings", "numbers 1-6"),
+        ({"settings": [1, 6]}, "settings", "numbers among 1, 2, 3, 4, 5, 7"),
         ({"chunk_policies": ["adaptive", "fixed:0"]}, "chunk_policies", "fixed:N"),
         ({"dense_config": None}, "$", "needs 'dense_config'"),
         ({"concurrency": 0}, "concurrency", "greater than 0"),
