@@ -12,20 +12,19 @@ from pathlib import Path
 
 from typing_extensions import Self
 
+from launch.ports import PortBook, start_with_fresh_ports
 from launch.procs import (
     LaunchError,
     Proc,
     ProcSpec,
-    free_port,
     plan_cpus,
-    port_in_use,
-    process_start_ticks,
     start,
     stop_groups,
     wait_healthy,
     write_pidfile,
 )
 from launch.worker_cmd import router_argv, worker_argv
+from router.cluster import create_time
 from router.config import ModelSpec, TopologyConfig
 from sglang_ext.sglang_backend import cpu
 
@@ -129,6 +128,7 @@ class Stack:
         # Children get SIGTERM if this process dies (kill -9 too); `moa-pd up --detach` clears it.
         self.die_with_parent = True
         self.models: dict[str, ModelPlan] = {}
+        self.ports = PortBook(host)
         self.shell_router_port = 0
 
     # --- planning --------------------------------------------------------------------------------
@@ -148,13 +148,20 @@ class Stack:
         self.check_embedders()
         for name, spec in merge_models(self.configs).items():
             path, tok = resolve_model(spec, self.backend, local=self.sglang_cpu)
-            m = ModelPlan(name, spec, path, tok)
-            m.prefill_ports = [free_port(self.host) for _ in range(spec.workers.prefill)]
-            m.bootstrap_ports = [free_port(self.host) for _ in range(spec.workers.prefill)]
-            m.decode_ports = [free_port(self.host) for _ in range(spec.workers.decode)]
-            m.router_port = free_port(self.host)
-            self.models[name] = m
-        self.shell_router_port = free_port(self.host)
+            self.models[name] = ModelPlan(name, spec, path, tok)
+        self._assign_ports()
+
+    def _assign_ports(self) -> None:
+        """Every port from the book: at planning, and again after `_start_phase` renewed some."""
+        book = self.ports
+        for name, m in self.models.items():
+            m.prefill_ports = [book[f"{name}.prefill{i}"] for i in range(m.spec.workers.prefill)]
+            m.bootstrap_ports = [
+                book[f"{name}.bootstrap{i}"] for i in range(m.spec.workers.prefill)
+            ]
+            m.decode_ports = [book[f"{name}.decode{i}"] for i in range(m.spec.workers.decode)]
+            m.router_port = book[f"{name}.router"]
+        self.shell_router_port = book["shell_router"]
 
     def worker_specs(self) -> list[ProcSpec]:
         specs = []
@@ -201,6 +208,7 @@ class Stack:
     def router_specs(self) -> list[ProcSpec]:
         specs = []
         for m in self.models.values():
+            metrics_port = self.ports[f"{m.name}.router_metrics"]
             argv = router_argv(
                 [
                     (f"http://{self.host}:{p}", b)
@@ -210,7 +218,7 @@ class Stack:
                 self.host,
                 m.router_port,
                 self.host,
-                free_port(self.host),
+                metrics_port,
                 ["--health-check-interval-secs", "5", "--log-level", "warn"],
             )
             specs.append(
@@ -218,7 +226,7 @@ class Stack:
                     f"{m.name}.router",
                     argv,
                     f"http://{self.host}:{m.router_port}/health",
-                    ports=[m.router_port],
+                    ports=[m.router_port, metrics_port],
                 )
             )
         return specs
@@ -273,7 +281,7 @@ class Stack:
             p.spec.health_url.removesuffix("/health"): {
                 "name": p.spec.name,
                 "pid": p.pid,
-                "start_ticks": process_start_ticks(p.pid),
+                "create_time": create_time(p.pid),
                 "log": str(p.log_path.resolve()),
             }
             for p in self.procs
@@ -285,8 +293,10 @@ class Stack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.plan()
         try:
-            for phase in (self.worker_specs(), self.router_specs()):
-                self._start_phase(phase, on_ready)
+            # Each phase built when it starts: the routers' command lines name the workers'
+            # ports, which _start_phase may have renewed.
+            for phase in (self.worker_specs, self.router_specs):
+                self._start_phase(phase(), on_ready)
             self._write_cluster()
             self._start_phase([self.shell_router_spec()], on_ready)
         except BaseException:
@@ -295,17 +305,31 @@ class Stack:
         return self.cluster()
 
     def _start_phase(self, specs: list[ProcSpec], on_ready) -> None:
-        for spec in specs:
-            busy = [p for p in spec.ports if port_in_use(p, self.host)]
-            if busy:
-                raise LaunchError(
-                    f"port {busy[0]} for {spec.name} is already in use on "
-                    f"{self.host}; stop what holds it or retry"
-                )
-        started = [start(s, self.run_dir / "logs", self.die_with_parent) for s in specs]
-        self.procs += started
-        write_pidfile(self.run_dir / "processes.json", self.procs)
-        wait_healthy(started, self.startup_timeout_s, on_ready)
+        """Start specs and wait until each is healthy, with new ports where another process
+        took one (launch.ports.start_with_fresh_ports)."""
+
+        def start_all(specs: list[ProcSpec]) -> None:
+            started = [start(s, self.run_dir / "logs", self.die_with_parent) for s in specs]
+            self.procs += started
+            write_pidfile(self.run_dir / "processes.json", self.procs)
+            try:
+                wait_healthy(started, self.startup_timeout_s, on_ready)
+            except LaunchError:
+                stop_groups([p.pid for p in started])  # so their ports tell who else holds one
+                self.procs = [p for p in self.procs if p not in started]
+                write_pidfile(self.run_dir / "processes.json", self.procs)
+                raise
+
+        start_with_fresh_ports(specs, self.host, start_all, self._renew_ports)
+
+    def _renew_ports(self, taken: list[int], names: list[str]) -> list[ProcSpec]:
+        """New ports for the taken ones, everywhere they are recorded; the named specs again."""
+        self.ports.renew(taken)
+        self._assign_ports()
+        if self.cluster_path.exists():
+            self._write_cluster()
+        specs = [*self.worker_specs(), *self.router_specs(), self.shell_router_spec()]
+        return [s for n in names for s in specs if s.name == n]
 
     def _write_cluster(self) -> None:
         tmp = self.cluster_path.with_suffix(".tmp")
@@ -335,11 +359,7 @@ def down_run_dir(run_dir: Path) -> list[str]:
     rows = json.loads(pidfile.read_text())
     # A pid can be reused: signal it only if it is still the process we started.
     stop_groups(
-        [
-            row["pid"]
-            for row in reversed(rows)
-            if process_start_ticks(row["pid"]) == row.get("start_ticks")
-        ]
+        [row["pid"] for row in reversed(rows) if create_time(row["pid"]) == row.get("create_time")]
     )
     pidfile.unlink()
     return [r["name"] for r in rows]
