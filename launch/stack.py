@@ -316,7 +316,8 @@ class Stack:
                 wait_healthy(started, self.startup_timeout_s, on_ready)
             except LaunchError:
                 stop_groups([p.pid for p in started])  # so their ports tell who else holds one
-                self.procs = [p for p in self.procs if p not in started]
+                for p in started:
+                    self.procs.remove(p)
                 write_pidfile(self.run_dir / "processes.json", self.procs)
                 raise
 

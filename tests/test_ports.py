@@ -16,8 +16,15 @@ from tiny_models import tiny_model_dir
 import launch.ports
 import launch.stack
 from launch.commands import make_stack
-from launch.ports import PortBook, candidate_ranges, ephemeral_range, free_port, port_in_use
-from launch.procs import healthy, wait_routable
+from launch.ports import (
+    PortBook,
+    candidate_ranges,
+    ephemeral_range,
+    free_port,
+    port_in_use,
+    start_with_fresh_ports,
+)
+from launch.procs import LaunchError, ProcSpec, healthy, wait_routable
 from tests.deployment_procs import cluster_ports, tiny_config
 
 LINUX_DEFAULT = (32768, 60999)
@@ -51,6 +58,31 @@ def test_port_book_renews_only_the_taken_ports():
     assert book["m.prefill0"] == a  # chosen once
     book.renew([a])
     assert book["m.prefill0"] not in (a, b) and book["m.decode0"] == b
+
+
+def test_a_port_held_on_every_try_or_a_failure_of_another_kind_is_a_clear_error():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        spec = ProcSpec("w", [sys.executable, "-c", "pass"], None, ports=[port])
+        renewed = []
+
+        def renew(taken, names):  # a renewal that keeps getting a held port
+            renewed.append(taken)
+            return [spec]
+
+        with pytest.raises(LaunchError, match=f"port {port} for w is already in use .*3 tries"):
+            start_with_fresh_ports([spec], "127.0.0.1", lambda specs: None, renew)
+        assert renewed == [[port], [port]]
+
+    def fails(specs):
+        raise LaunchError("w exited with code 1 during start-up")
+
+    free = ProcSpec("w", [], None, ports=[free_port()])
+    with pytest.raises(LaunchError, match="exited with code 1"):  # no port held: no retry
+        start_with_fresh_ports([free], "127.0.0.1", fails, renew)
+    assert len(renewed) == 2
 
 
 def _stealing_start(monkeypatch, names: set[str]) -> dict[str, int]:
