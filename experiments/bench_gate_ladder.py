@@ -38,7 +38,8 @@ from experiments.prompts import build_question_prompt
 from experiments.router_client import RouterClient
 from experiments.run import flush_worker_caches
 from launch.commands import bring_up, make_stack
-from launch.procs import ProcSpec, free_port, start, stop_group, wait_healthy
+from launch.ports import free_port
+from launch.procs import ProcSpec, start, stop_group, wait_healthy
 from router.config_loader import config_from_dict, resolve_config_path
 
 RUNGS = {  # name: (mode, cluster overrides)

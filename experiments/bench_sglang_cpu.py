@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 
 import aiohttp
+import psutil
 
 from experiments.bench_engine import random_prompts, uptime
 from experiments.microbench import BenchError, flush, generate_body, post_json, stream_generate
@@ -94,15 +95,15 @@ async def greedy_ids(s: aiohttp.ClientSession, url: str, prompt: list[int], n: i
 
 def group_cpu_s(pgid: int) -> float:
     """CPU seconds (user + system) used so far by the live processes of a process group."""
-    total = 0
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    total = 0.0
+    for p in psutil.process_iter():
         try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            if os.getpgid(p.pid) == pgid:
+                times = p.cpu_times()
+                total += times.user + times.system
+        except (ProcessLookupError, psutil.Error):
             continue  # exited meanwhile
-        if int(fields[2]) == pgid:  # field 5 (pgrp); utime, stime are fields 14 and 15
-            total += int(fields[11]) + int(fields[12])
-    return total / os.sysconf("SC_CLK_TCK")
+    return total
 
 
 async def idle_cpu(pgids: dict[str, int], seconds: float = 5.0) -> dict[str, float]:

@@ -13,7 +13,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from launch.procs import LaunchError, Proc, ProcSpec, free_port, start, stop_groups, wait_healthy
+from launch.ports import free_port
+from launch.procs import LaunchError, Proc, ProcSpec, start, stop_groups, wait_healthy
 from launch.worker_cmd import placement_flags, router_argv, worker_argv
 from planning.model_memory import model_memory
 from planning.pack import PlanError, place

@@ -25,21 +25,18 @@ import time
 from pathlib import Path
 
 import aiohttp
+import psutil
 from tqdm import tqdm
 
 from experiments.datasets import load_questions
-from launch.procs import descendant_pids
 
 
 def rss_mb(pid: int) -> float | None:
     """Resident set size of pid in MiB (None once it is gone)."""
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
-    except OSError:
+        return psutil.Process(pid).memory_info().rss / 2**20
+    except psutil.Error:
         return None
-    return None
 
 
 class RssSampler(threading.Thread):
@@ -56,8 +53,12 @@ class RssSampler(threading.Thread):
 
     def _find_children(self) -> None:
         for name, pid in self.roots.items():
-            for c in descendant_pids(pid):
-                self.procs.setdefault(f"{name}/child-{c}", c)
+            try:
+                children = psutil.Process(pid).children(recursive=True)
+            except psutil.NoSuchProcess:
+                continue
+            for c in children:
+                self.procs.setdefault(f"{name}/child-{c.pid}", c.pid)
 
     def run(self) -> None:
         last_scan = 0.0

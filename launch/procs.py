@@ -8,7 +8,6 @@ import json
 import logging
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -16,6 +15,8 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from router.cluster import create_time
 
 log = logging.getLogger(__name__)
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -52,22 +53,6 @@ class Proc:
         except OSError:
             return "(no log)"
         return "\n".join(text[-lines:])
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    with socket.socket() as s:
-        s.bind((host, 0))
-        return s.getsockname()[1]
-
-
-def port_in_use(port: int, host: str = "127.0.0.1") -> bool:
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind((host, port))
-        except OSError:
-            return True
-    return False
 
 
 def _die_with_parent() -> None:
@@ -227,45 +212,12 @@ def _reap(pid: int) -> None:
         pass
 
 
-def descendant_pids(pid: int) -> list[int]:
-    """Every descendant of pid, nearest first, read from /proc (ppid is field 4 of its stat)."""
-    parent: dict[int, int] = {}
-    for d in Path("/proc").iterdir():
-        if d.name.isdigit():
-            try:
-                parent[int(d.name)] = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-    out, frontier = [], {pid}
-    while frontier:
-        frontier = {c for c, p in parent.items() if p in frontier}
-        out += sorted(frontier)
-    return out
-
-
-def process_start_ticks(pid: int) -> int | None:
-    """The kernel's start time of pid (clock ticks since boot), or None if it is gone (or a
-    zombie).
-
-    Together with the pid this names one process for good: a reused pid has another start time,
-    and, unlike the command line, it does not change when a program renames itself (the Rust
-    sglang-router shows up as `sglang::router`).
-    """
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # Field 22; split after the ")" that closes the command name, which may contain spaces.
-    fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] == "Z" else int(fields[19])  # a zombie has exited: gone
-
-
 def write_pidfile(path: Path, procs: list[Proc]) -> None:
     rows = [
         {
             "name": p.spec.name,
             "pid": p.pid,
-            "start_ticks": process_start_ticks(p.pid),
+            "create_time": create_time(p.pid),
             "log": str(p.log_path),
             "argv": p.spec.argv,
         }

@@ -14,14 +14,12 @@ from pathlib import Path
 from typing_extensions import Self
 
 from launch.pool_check import check_pools
+from launch.ports import PortBook, start_with_fresh_ports
 from launch.procs import (
     LaunchError,
     Proc,
     ProcSpec,
-    free_port,
     plan_cpus,
-    port_in_use,
-    process_start_ticks,
     start,
     stop_groups,
     wait_healthy,
@@ -29,6 +27,7 @@ from launch.procs import (
 )
 from launch.worker_cmd import placement_flags, router_argv, worker_argv
 from planning.types import Placement
+from router.cluster import create_time
 from router.config import ModelSpec, TopologyConfig
 from sglang_ext.engine.config import DEFAULT_MAX_TOTAL_TOKENS
 from sglang_ext.sglang_backend import cpu
@@ -142,6 +141,7 @@ class Stack:
         self.models: dict[str, ModelPlan] = {}
         # Worker URL -> (device, slots), filled by worker_specs (cluster.json's `devices`).
         self.worker_devices: dict[str, tuple[str, int]] = {}
+        self.ports = PortBook(host)
         self.shell_router_port = 0
 
     # --- planning --------------------------------------------------------------------------------
@@ -161,13 +161,20 @@ class Stack:
         self.check_embedders()
         for name, spec in merge_models(self.configs).items():
             path, tok = resolve_model(spec, self.backend, local=self.sglang_cpu)
-            m = ModelPlan(name, spec, path, tok)
-            m.prefill_ports = [free_port(self.host) for _ in range(spec.workers.prefill)]
-            m.bootstrap_ports = [free_port(self.host) for _ in range(spec.workers.prefill)]
-            m.decode_ports = [free_port(self.host) for _ in range(spec.workers.decode)]
-            m.router_port = free_port(self.host)
-            self.models[name] = m
-        self.shell_router_port = free_port(self.host)
+            self.models[name] = ModelPlan(name, spec, path, tok)
+        self._assign_ports()
+
+    def _assign_ports(self) -> None:
+        """Every port from the book: at planning, and again after `_start_phase` renewed some."""
+        book = self.ports
+        for name, m in self.models.items():
+            m.prefill_ports = [book[f"{name}.prefill{i}"] for i in range(m.spec.workers.prefill)]
+            m.bootstrap_ports = [
+                book[f"{name}.bootstrap{i}"] for i in range(m.spec.workers.prefill)
+            ]
+            m.decode_ports = [book[f"{name}.decode{i}"] for i in range(m.spec.workers.decode)]
+            m.router_port = book[f"{name}.router"]
+        self.shell_router_port = book["shell_router"]
 
     def worker_specs(self) -> list[ProcSpec]:
         specs = []
@@ -207,8 +214,9 @@ class Stack:
                 spec.cpus = cpus
                 # SGLang's CPU engine binds its OpenMP threads by this variable.
                 spec.env["SGLANG_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
-        for spec in specs:
-            self.worker_devices[spec.health_url.removesuffix("/health")] = self._device_of(spec)
+        self.worker_devices = {
+            spec.health_url.removesuffix("/health"): self._device_of(spec) for spec in specs
+        }
         return specs
 
     def _device_of(self, spec: ProcSpec) -> tuple[str, int]:
@@ -248,6 +256,7 @@ class Stack:
     def router_specs(self) -> list[ProcSpec]:
         specs = []
         for m in self.models.values():
+            metrics_port = self.ports[f"{m.name}.router_metrics"]
             argv = router_argv(
                 [
                     (f"http://{self.host}:{p}", b)
@@ -257,7 +266,7 @@ class Stack:
                 self.host,
                 m.router_port,
                 self.host,
-                free_port(self.host),
+                metrics_port,
                 ["--health-check-interval-secs", "5", "--log-level", "warn"],
             )
             specs.append(
@@ -265,7 +274,7 @@ class Stack:
                     f"{m.name}.router",
                     argv,
                     f"http://{self.host}:{m.router_port}/health",
-                    ports=[m.router_port],
+                    ports=[m.router_port, metrics_port],
                 )
             )
         return specs
@@ -337,7 +346,7 @@ class Stack:
             p.spec.health_url.removesuffix("/health"): {
                 "name": p.spec.name,
                 "pid": p.pid,
-                "start_ticks": process_start_ticks(p.pid),
+                "create_time": create_time(p.pid),
                 "log": str(p.log_path.resolve()),
             }
             for p in self.procs
@@ -349,6 +358,8 @@ class Stack:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.plan()
         try:
+            # Built when they start: the routers' command lines name the workers' ports, which
+            # _start_phase may have renewed.
             for turn in self.worker_turns():
                 self._start_phase(turn, on_ready)
                 check_pools(self.procs[-len(turn) :], self.pool_needs, self.concurrency)
@@ -361,17 +372,32 @@ class Stack:
         return self.cluster()
 
     def _start_phase(self, specs: list[ProcSpec], on_ready) -> None:
-        for spec in specs:
-            busy = [p for p in spec.ports if port_in_use(p, self.host)]
-            if busy:
-                raise LaunchError(
-                    f"port {busy[0]} for {spec.name} is already in use on "
-                    f"{self.host}; stop what holds it or retry"
-                )
-        started = [start(s, self.run_dir / "logs", self.die_with_parent) for s in specs]
-        self.procs += started
-        write_pidfile(self.run_dir / "processes.json", self.procs)
-        wait_healthy(started, self.startup_timeout_s, on_ready)
+        """Start specs and wait until each is healthy, with new ports where another process
+        took one (launch.ports.start_with_fresh_ports)."""
+
+        def start_all(specs: list[ProcSpec]) -> None:
+            started = [start(s, self.run_dir / "logs", self.die_with_parent) for s in specs]
+            self.procs += started
+            write_pidfile(self.run_dir / "processes.json", self.procs)
+            try:
+                wait_healthy(started, self.startup_timeout_s, on_ready)
+            except LaunchError:
+                stop_groups([p.pid for p in started])  # so their ports tell who else holds one
+                for p in started:
+                    self.procs.remove(p)
+                write_pidfile(self.run_dir / "processes.json", self.procs)
+                raise
+
+        start_with_fresh_ports(specs, self.host, start_all, self._renew_ports)
+
+    def _renew_ports(self, taken: list[int], names: list[str]) -> list[ProcSpec]:
+        """New ports for the taken ones, everywhere they are recorded; the named specs again."""
+        self.ports.renew(taken)
+        self._assign_ports()
+        if self.cluster_path.exists():
+            self._write_cluster()
+        specs = [*self.worker_specs(), *self.router_specs(), self.shell_router_spec()]
+        return [s for n in names for s in specs if s.name == n]
 
     def _write_cluster(self) -> None:
         tmp = self.cluster_path.with_suffix(".tmp")
@@ -401,11 +427,7 @@ def down_run_dir(run_dir: Path) -> list[str]:
     rows = json.loads(pidfile.read_text())
     # A pid can be reused: signal it only if it is still the process we started.
     stop_groups(
-        [
-            row["pid"]
-            for row in reversed(rows)
-            if process_start_ticks(row["pid"]) == row.get("start_ticks")
-        ]
+        [row["pid"] for row in reversed(rows) if create_time(row["pid"]) == row.get("create_time")]
     )
     pidfile.unlink()
     return [r["name"] for r in rows]

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Literal
 
+import psutil
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
@@ -44,13 +45,27 @@ class _Tolerant(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True)
 
 
+def create_time(pid: int) -> float | None:
+    """When pid started (psutil's create_time), or None when it is gone or a zombie.
+
+    Together with the pid this names one process for good: a reused pid has another start time,
+    and, unlike the command line, it does not change when a program renames itself (the Rust
+    sglang-router shows up as `sglang::router`). The launcher records it, the router compares it.
+    """
+    try:
+        proc = psutil.Process(pid)
+        return None if proc.status() == psutil.STATUS_ZOMBIE else proc.create_time()
+    except psutil.Error:
+        return None
+
+
 class ProcessInfo(_Tolerant):
     """A process the launcher started, so the router can tell a user which one died and where
     its log is (and notice an exit without waiting for a timeout)."""
 
     name: str
     pid: int | None = None
-    start_ticks: int | None = None  # with the pid, names the process for good (pids are reused)
+    create_time: float | None = None  # with the pid, names the process for good (pids are reused)
     log: str | None = None
 
 

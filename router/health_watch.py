@@ -11,11 +11,10 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import aiohttp
 
-from router.cluster import ClusterSpec
+from router.cluster import ClusterSpec, create_time
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +30,7 @@ class Endpoint:
     url: str
     log: str | None = None
     pid: int | None = None
-    start_ticks: int | None = None
+    create_time: float | None = None
     misses: int = 0
     down: str | None = None  # why, once it counts as down
     down_at: float | None = None  # time.monotonic()
@@ -39,17 +38,6 @@ class Endpoint:
     def describe(self) -> str:
         where = f"; its log: {self.log}" if self.log else ""
         return f"{self.model} {self.role} at {self.url} is down ({self.down}){where}"
-
-
-def _start_ticks(pid: int) -> int | None:
-    """The kernel's start time of pid, or None when it is gone (launch.procs has the twin; the
-    router does not import the launcher)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat.rsplit(")", 1)[1].split()
-    return None if fields[0] == "Z" else int(fields[19])
 
 
 @dataclass
@@ -81,7 +69,7 @@ class HealthWatch:
                         url.rstrip("/"),
                         proc.log if proc else None,
                         proc.pid if proc else None,
-                        proc.start_ticks if proc else None,
+                        proc.create_time if proc else None,
                     )
                 )
 
@@ -129,7 +117,7 @@ class HealthWatch:
                 await asyncio.sleep(self.interval_s)
 
     async def _probe(self, session: aiohttp.ClientSession, e: Endpoint) -> None:
-        if e.pid is not None and _start_ticks(e.pid) != e.start_ticks:
+        if e.pid is not None and create_time(e.pid) != e.create_time:
             return self._mark(e, f"process {e.pid} exited")
         try:
             timeout = aiohttp.ClientTimeout(total=self.timeout_s)

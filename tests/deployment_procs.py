@@ -1,4 +1,4 @@
-"""What a deployment left behind, read from /proc: the tests that stop `moa-pd` with a signal
+"""What a deployment left behind, read with psutil: the tests that stop `moa-pd` with a signal
 check that no process it started (each leads its own process group, see launch/procs.py) and
 no port of its cluster.json outlives it. Also the tiny topology config those tests run."""
 
@@ -10,15 +10,21 @@ import signal
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from launch.procs import descendant_pids, port_in_use, process_start_ticks
+import psutil
+
+from launch.ports import port_in_use
+from router.cluster import create_time
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def tiny_config(folder: Path, name: str = "tree_3_1_tiny") -> str:
-    """tree_3_1_cpu with 6-token agents, written to folder as a user's own config file."""
+def tiny_config(folder: Path, name: str = "tree_3_1_tiny", model_path: str | None = None) -> str:
+    """tree_3_1_cpu with 6-token agents, written to folder as a user's own config file.
+    model_path: another model for its workers (e.g. tests/tiny_models.py's)."""
     raw = json.loads((ROOT / "cfgs" / "tree_3_1_cpu.json").read_text())
     raw["name"] = name
+    if model_path:
+        raw["models"]["smollm2"]["model_path"] = model_path
     raw["sampling"]["max_new_tokens"] = 6
     for agent in raw["agents"]:
         agent.pop("sampling", None)
@@ -47,7 +53,7 @@ def assert_ran_once_each(out: Path) -> None:
 
 
 def recorded(run_dir: Path) -> list[dict]:
-    """The processes a deployment recorded in RUN_DIR/processes.json (name, pid, start_ticks)."""
+    """The processes a deployment recorded in RUN_DIR/processes.json (name, pid, create_time)."""
     path = run_dir / "processes.json"
     return json.loads(path.read_text()) if path.exists() else []
 
@@ -55,21 +61,22 @@ def recorded(run_dir: Path) -> list[dict]:
 def group_members(pgid: int) -> list[int]:
     """Live (not zombie) processes whose process group is pgid."""
     out = []
-    for d in Path("/proc").iterdir():
-        if not d.name.isdigit():
-            continue
+    for p in psutil.process_iter(["status"]):
         try:
-            fields = (d / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        if fields[0] != "Z" and int(fields[2]) == pgid:
-            out.append(int(d.name))
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
+                out.append(p.pid)
+        except ProcessLookupError:
+            continue  # exited meanwhile
     return out
 
 
-def descendants(pid: int) -> list[tuple[int, int | None]]:
-    """(pid, start_ticks) of every live descendant of pid."""
-    return [(p, process_start_ticks(p)) for p in descendant_pids(pid)]
+def descendants(pid: int) -> list[tuple[int, float | None]]:
+    """(pid, create_time) of every live descendant of pid."""
+    try:
+        children = psutil.Process(pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        return []
+    return [(c.pid, create_time(c.pid)) for c in children]
 
 
 def cluster_ports(cluster: dict) -> list[int]:
@@ -96,13 +103,13 @@ def recorded_ports(procs: list[dict]) -> list[int]:
 
 
 def leftovers(
-    procs: list[dict], children: list[tuple[int, int | None]], ports: list[int]
+    procs: list[dict], children: list[tuple[int, float | None]], ports: list[int]
 ) -> list[str]:
     """What is still there of a deployment: recorded processes (the same pid and start time),
     members of their process groups, other descendants of the command, ports still bound."""
     left = []
     for row in procs:
-        if process_start_ticks(row["pid"]) == row["start_ticks"]:
+        if create_time(row["pid"]) == row["create_time"]:
             left.append(f"{row['name']} (pid {row['pid']})")
         left += [
             f"pid {p} in the group of {row['name']}"
@@ -111,23 +118,23 @@ def leftovers(
         ]
     left += [
         f"child pid {p}"
-        for p, ticks in children
-        if ticks is not None and process_start_ticks(p) == ticks
+        for p, started in children
+        if started is not None and create_time(p) == started
     ]
     left += [f"port {p}" for p in ports if port_in_use(p)]
     return left
 
 
-def kill_leftovers(procs: list[dict], children: list[tuple[int, int | None]]) -> None:
+def kill_leftovers(procs: list[dict], children: list[tuple[int, float | None]]) -> None:
     """After a failed check: SIGKILL what is left, so one failure does not leak processes."""
     for row in procs:
-        if process_start_ticks(row["pid"]) == row["start_ticks"]:
+        if create_time(row["pid"]) == row["create_time"]:
             try:
                 os.killpg(row["pid"], signal.SIGKILL)
             except ProcessLookupError:
                 pass
-    for p, ticks in children:
-        if ticks is not None and process_start_ticks(p) == ticks:
+    for p, started in children:
+        if started is not None and create_time(p) == started:
             try:
                 os.kill(p, signal.SIGKILL)
             except ProcessLookupError:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launch import procs as launch_procs
-from launch.procs import free_port, stop_groups, wait_routable
+from launch.ports import free_port
+from launch.procs import stop_groups, wait_routable
 from launch.worker_cmd import router_argv, server_argv
 
 REPO = Path(__file__).resolve().parent.parent

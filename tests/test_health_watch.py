@@ -13,8 +13,8 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from router.cluster import ClusterSpec
-from router.health_watch import HealthWatch, WorkerDown, _start_ticks
+from router.cluster import ClusterSpec, create_time
+from router.health_watch import HealthWatch, WorkerDown
 from router.server import make_app
 from tests.router_fixtures import smollm_tokenizer_path, start_fake_cluster, tree_config  # noqa: F401
 
@@ -100,7 +100,7 @@ async def test_gone_hung_and_exited_processes_are_down_and_named():
                         exited_url: {
                             "name": "n.decode0",
                             "pid": sleeper.pid,
-                            "start_ticks": _start_ticks(sleeper.pid),
+                            "create_time": create_time(sleeper.pid),
                         }
                     },
                 },

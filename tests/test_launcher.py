@@ -3,23 +3,16 @@
 from __future__ import annotations
 
 import json
-import socket
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from launch.procs import (
-    LaunchError,
-    ProcSpec,
-    process_start_ticks,
-    start,
-    stop_group,
-    wait_healthy,
-)
+from launch.procs import LaunchError, ProcSpec, start, stop_group, wait_healthy
 from launch.stack import Stack, down_run_dir, merge_models
 from launch.worker_cmd import server_arg_flags, worker_argv
+from router.cluster import create_time
 from router.config import ModelSpec
 from router.config_loader import load_config
 
@@ -96,18 +89,6 @@ def test_health_timeout_names_the_process(tmp_path):
     assert proc.popen.poll() is not None
 
 
-def test_port_in_use_is_a_clear_error(tmp_path):
-    stack = Stack([], [], "torch", tmp_path)
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
-        spec = ProcSpec("w", [sys.executable, "-c", "pass"], None, ports=[port])
-        with pytest.raises(LaunchError, match=f"port {port} for w is already in use"):
-            stack._start_phase([spec], None)
-    assert stack.procs == []
-
-
 def test_down_stops_what_up_started_and_nothing_else(tmp_path):
     ours = start(
         ProcSpec("ours", [sys.executable, "-c", "import time; time.sleep(60)"], None), tmp_path
@@ -116,12 +97,12 @@ def test_down_stops_what_up_started_and_nothing_else(tmp_path):
         ProcSpec("stranger", [sys.executable, "-c", "import time; time.sleep(60)"], None), tmp_path
     )
     rows = [
-        {"name": "ours", "pid": ours.pid, "start_ticks": process_start_ticks(ours.pid)},
+        {"name": "ours", "pid": ours.pid, "create_time": create_time(ours.pid)},
         # A recorded pid whose start time differs (the pid was reused) is left alone.
         {
             "name": "reused",
             "pid": stranger.pid,
-            "start_ticks": process_start_ticks(stranger.pid) - 1,
+            "create_time": create_time(stranger.pid) - 1,
         },
     ]
     (tmp_path / "processes.json").write_text(json.dumps(rows))

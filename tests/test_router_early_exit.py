@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from launch.procs import free_port
+from launch.ports import free_port
 from router import early_exit
 from router.cluster import ClusterSpec
 from router.config import AggregatorBypass, EarlyExit, Sampling

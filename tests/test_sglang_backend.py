@@ -2,13 +2,13 @@
 
 import os
 import shlex
-import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from launch.ports import free_port
 from sglang_ext import launch_server
 from sglang_ext.sglang_backend.__main__ import main as pair_main
 from sglang_ext.sglang_backend.pair import PDPairSpec, pd_pair_commands, worker_command
@@ -218,12 +218,6 @@ def test_sglang_backend_dry_run_runs_without_sglang():
     )
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_pair_cli_stops_its_processes_on_sigterm(tmp_path):
     """`python -m sglang_ext.sglang_backend` runs through launch.procs: a worker that dies at
     start-up is reported with its log, and nothing it started is left running."""
@@ -234,15 +228,15 @@ def test_pair_cli_stops_its_processes_on_sigterm(tmp_path):
         "--model-path",
         str(tmp_path),
         "--prefill-port",
-        str(_free_port()),
+        str(free_port()),
         "--decode-port",
-        str(_free_port()),
+        str(free_port()),
         "--router-port",
-        str(_free_port()),
+        str(free_port()),
         "--router-metrics-port",
-        str(_free_port()),
+        str(free_port()),
         "--disaggregation-bootstrap-port",
-        str(_free_port()),
+        str(free_port()),
         "--log-dir",
         str(tmp_path / "l"),
         "--startup-timeout",

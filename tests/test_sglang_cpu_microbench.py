@@ -13,7 +13,7 @@ import pytest
 from sglang_real import needs_sglang
 
 from experiments.microbench import sample_prompts, warm_prefix_lengths
-from launch.procs import port_in_use
+from launch.ports import port_in_use
 
 pytestmark = pytest.mark.sglang_cpu
 

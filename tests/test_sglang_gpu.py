@@ -20,7 +20,8 @@ import requests
 from router_fixtures import tree_config
 from sglang_real import deployment_cluster, flush, greedy, router_warmup
 
-from launch.procs import ProcSpec, free_port, start, stop_group, wait_healthy
+from launch.ports import free_port
+from launch.procs import ProcSpec, start, stop_group, wait_healthy
 from router.context import RouterContext
 from router.orchestrator import Session
 from sglang_ext import protocol as P

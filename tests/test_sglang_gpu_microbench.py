@@ -15,7 +15,7 @@ from test_sglang_gpu import gpus, model_dir, sglang_case  # noqa: F401 (fixtures
 
 from experiments.microbench import sample_prompts, warm_prefix_lengths
 from experiments.microbench_deploy import vocab_size
-from launch.procs import port_in_use
+from launch.ports import port_in_use
 
 pytestmark = pytest.mark.gpu
 
