@@ -16,7 +16,7 @@ from pathlib import Path
 from launch.procs import LaunchError, Proc, ProcSpec, free_port, start, stop_groups, wait_healthy
 from launch.worker_cmd import router_argv, worker_argv
 from router.config import ModelSpec
-from sglang_ext.sglang_backend import cpu
+from sglang_ext.sglang_backend import cpu, gpu
 
 DP_CHUNK_TOKENS = 256  # --chunked-prefill-size of the dp2_chunked replicas (Sarathi baseline)
 
@@ -48,6 +48,7 @@ def worker_spec(
     server_args: dict[str, int | str],
     backend: str = "torch",
     gpu_id: int | None = None,
+    load_format: str = "auto",
 ) -> ProcSpec:
     """One worker of `backend`: "torch" (the reference engine) or "sglang" (real SGLang: on
     `gpu_id`, or without one on SGLang's CPU path with the flags and environment `moa-pd up
@@ -58,11 +59,15 @@ def worker_spec(
     sglang_cpu = backend == "sglang" and gpu_id is None
     if sglang_cpu:
         server_args = {k: v for k, v in server_args.items() if k != "max_total_tokens"}
-    spec = ModelSpec(model_path=model_dir, server_args={backend: server_args})
+    spec = ModelSpec(
+        model_path=model_dir, load_format=load_format, server_args={backend: server_args}
+    )
     argv = worker_argv(backend, model_dir, spec, role, host, port, bport, gpu_id=gpu_id)
     if sglang_cpu:
         argv += cpu.worker_flags(role)
         env.update(cpu.worker_env(role))
+    elif backend == "sglang":
+        argv += gpu.worker_flags(argv)  # triton where the kernels lack FA3
     return ProcSpec(
         name,
         argv,
@@ -123,8 +128,11 @@ class Deployment:
         startup_timeout_s: float = 900.0,
         backend: str = "torch",
         variants: tuple[str, ...] = ("incremental", "pd", "dp2", "dp2_chunked"),
+        load_format: str | None = None,
     ):
         self.model_dir = resolve(model_path)
+        # None: what a config would take for this model_path ("dummy" for a dummy:SHAPE model).
+        self.load_format = load_format or ModelSpec(model_path=model_path).load_format
         self.host, self.log_dir, self.timeout = host, Path(log_dir), startup_timeout_s
         self.backend, self.variants = backend, tuple(variants)
         self.args = {
@@ -168,7 +176,16 @@ class Deployment:
         gpus = iter(self._gpu_ids(sum(map(len, groups.values()))))
         specs = {
             g: [
-                worker_spec(name, self.model_dir, role, h, args, self.backend, next(gpus))
+                worker_spec(
+                    name,
+                    self.model_dir,
+                    role,
+                    h,
+                    args,
+                    self.backend,
+                    next(gpus),
+                    self.load_format,
+                )
                 for name, role, args in rows
             ]
             for g, rows in groups.items()

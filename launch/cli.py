@@ -70,7 +70,7 @@ def _add_optional_commands(sub) -> None:
     """Subcommands whose modules register themselves (launcher, runner, figures, demo)."""
     import importlib
 
-    for module in ("launch.commands", "experiments.commands"):
+    for module in ("launch.commands", "launch.dummy_model_cmd", "experiments.commands"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:

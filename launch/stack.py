@@ -27,7 +27,7 @@ from launch.procs import (
 )
 from launch.worker_cmd import router_argv, worker_argv
 from router.config import ModelSpec, TopologyConfig
-from sglang_ext.sglang_backend import cpu
+from sglang_ext.sglang_backend import cpu, gpu
 
 log = logging.getLogger(__name__)
 PY = sys.executable
@@ -82,8 +82,9 @@ def merge_models(configs: list[TopologyConfig]) -> dict[str, ModelSpec]:
 def resolve_model(spec: ModelSpec, backend: str, local: bool = False) -> tuple[str, str]:
     """(model_path, tokenizer_path) as local paths, or a clear error before anything starts.
     `local`: resolve through the model store for SGLang too (its CPU path serves the CPU
-    configs' models, named like "smollm2-135m")."""
-    if backend == "torch" or local:
+    configs' models, named like "smollm2-135m"). A 'dummy:SHAPE' model is written by the model
+    store for either backend: SGLang gets its local directory."""
+    if backend == "torch" or local or spec.is_shape_only:
         from sglang_ext.engine.model_store import resolve_model_path
 
         try:
@@ -181,6 +182,8 @@ class Stack:
                 if self.sglang_cpu:
                     argv += cpu.worker_flags(role)
                     env = cpu.worker_env(role)
+                elif self.backend == "sglang":
+                    argv += gpu.worker_flags(argv)  # triton where the kernels lack FA3
                 specs.append(
                     ProcSpec(
                         f"{m.name}.{role}{i}",
