@@ -284,7 +284,7 @@ def main() -> None:
             dmv,
         )
 
-    small, mid, large = DUMMY_TRIO
+    _, mid, large = DUMMY_TRIO
     lengths = "/".join(map(str, DUMMY_CLUSTER_TOKENS))
     a, t = tree(3, DUMMY_TRIO, mid, large, cluster_sampling=fixed_lengths(DUMMY_CLUSTER_TOKENS))
     write(

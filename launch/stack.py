@@ -27,7 +27,8 @@ from launch.procs import (
 )
 from launch.worker_cmd import router_argv, worker_argv
 from router.config import ModelSpec, TopologyConfig
-from sglang_ext.sglang_backend import cpu, gpu
+from sglang_ext.sglang_backend import cpu
+from sglang_ext.sglang_backend import gpu as sglang_gpu
 
 log = logging.getLogger(__name__)
 PY = sys.executable
@@ -183,7 +184,7 @@ class Stack:
                     argv += cpu.worker_flags(role)
                     env = cpu.worker_env(role)
                 elif self.backend == "sglang":
-                    argv += gpu.worker_flags(argv)  # triton where the kernels lack FA3
+                    argv += sglang_gpu.worker_flags(argv)  # triton where the kernels lack FA3
                 specs.append(
                     ProcSpec(
                         f"{m.name}.{role}{i}",

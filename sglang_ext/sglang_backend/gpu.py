@@ -33,8 +33,7 @@ def fa3_library_installed() -> bool:
     if spec is None or not spec.submodule_search_locations:
         return False
     return any(
-        next(Path(d).rglob("flash_ops*"), None) is not None
-        for d in spec.submodule_search_locations
+        next(Path(d).rglob("flash_ops*"), None) is not None for d in spec.submodule_search_locations
     )
 
 
@@ -58,7 +57,7 @@ def has_fa3() -> bool:
 
 
 def attention_backend() -> str:
-    """"fa3" or "triton": what a GPU worker started here runs."""
+    """ "fa3" or "triton": what a GPU worker started here runs."""
     return "fa3" if has_fa3() else "triton"
 
 
