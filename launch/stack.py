@@ -23,6 +23,7 @@ from launch.procs import (
     start,
     stop_groups,
     wait_healthy,
+    wait_routable,
     write_pidfile,
 )
 from launch.worker_cmd import router_argv, worker_argv
@@ -291,6 +292,7 @@ class Stack:
         try:
             for phase in (self.worker_specs(), self.router_specs()):
                 self._start_phase(phase, on_ready)
+            self._wait_routable()
             self._write_cluster()
             self._start_phase([self.shell_router_spec()], on_ready)
         except BaseException:
@@ -310,6 +312,13 @@ class Stack:
         self.procs += started
         write_pidfile(self.run_dir / "processes.json", self.procs)
         wait_healthy(started, self.startup_timeout_s, on_ready)
+
+    def _wait_routable(self) -> None:
+        """A native sglang-router answers /health before it has registered its workers (its
+        first /generate then gets 503 "No prefill workers available"): wait until each routes."""
+        for m in self.models.values():
+            router = next(p for p in self.procs if p.spec.name == f"{m.name}.router")
+            wait_routable(f"http://{self.host}:{m.router_port}", self.startup_timeout_s, router)
 
     def _write_cluster(self) -> None:
         tmp = self.cluster_path.with_suffix(".tmp")

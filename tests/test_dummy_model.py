@@ -46,8 +46,10 @@ def test_dummy_model_dir_loads_in_transformers_with_a_valid_empty_safetensors(ti
     assert config.model_type == "qwen3" and config.architectures == ["Qwen3ForCausalLM"]
     assert config.vocab_size == len(tokenizer) == 49152
     assert (config.hidden_size, config.num_hidden_layers, config.head_dim) == (64, 2, 32)
-    assert config.eos_token_id == tokenizer.eos_token_id == tokenizer.convert_tokens_to_ids(
-        "<|im_end|>"
+    assert (
+        config.eos_token_id
+        == tokenizer.eos_token_id
+        == tokenizer.convert_tokens_to_ids("<|im_end|>")
     )
     text = tokenizer.apply_chat_template(
         [{"role": "user", "content": "hi"}], add_generation_prompt=True, tokenize=False
