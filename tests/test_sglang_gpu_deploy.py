@@ -78,6 +78,12 @@ def gpu(gpus, attention) -> int:  # noqa: F811
     return max(free, key=lambda i: (free[i], -i))
 
 
+def placed_on(command: str, gpu: int, gpus: int) -> int | None:  # noqa: F811
+    """The GPU every worker of COMMAND must be on: `gpu` where the command is restricted to it
+    or there is only one; None (any) where the launcher may spread the workers out."""
+    return gpu if gpus == 1 or one_gpu_args(command, gpu) else None
+
+
 def expected_attention(argv: list[str]) -> None:
     if sglang_gpu.has_fa3():  # SGLang's own default on Hopper
         assert "--attention-backend" not in argv or "fa3" in argv
@@ -85,7 +91,7 @@ def expected_attention(argv: list[str]) -> None:
         assert argv[argv.index("--attention-backend") + 1] == "triton", argv
 
 
-def check_workers_share_the_gpu(cluster: dict, gpu: int, need: int | None) -> None:
+def check_workers_share_the_gpu(cluster: dict, gpu: int | None, need: int | None) -> None:
     """Every worker on `gpu`, with dummy weights and the patch applied; while they run (need
     given), each with a pool that holds the config's longest prompt plus its output."""
     for name, model in cluster["models"].items():
@@ -94,7 +100,8 @@ def check_workers_share_the_gpu(cluster: dict, gpu: int, need: int | None) -> No
                 continue
             log = Path(proc["log"]).read_text(errors="replace")
             argv = log.splitlines()[0].split()
-            assert argv[argv.index("--base-gpu-id") + 1] == str(gpu), (name, argv)
+            if gpu is not None:
+                assert argv[argv.index("--base-gpu-id") + 1] == str(gpu), (name, argv)
             assert argv[argv.index("--load-format") + 1] == "dummy", (name, argv)
             expected_attention(argv)
             assert "moa-pd patch prefill_only_route applied" in log, proc["log"]
@@ -140,11 +147,11 @@ def single_up(gpu, tmp_path_factory):
             moa_pd("down", "--run-dir", str(run_dir), timeout=120)
 
 
-def test_up_places_the_pd_pair_on_one_gpu(single_up, gpu):
+def test_up_places_the_pd_pair_on_one_gpu(single_up, gpu, gpus):  # noqa: F811
     cluster, _ = single_up
     (model,) = cluster["models"].values()
     assert len(model["prefill_urls"]) == len(model["decode_urls"]) == 1
-    check_workers_share_the_gpu(cluster, gpu, need_tokens(SINGLE))
+    check_workers_share_the_gpu(cluster, placed_on("up", gpu, gpus), need_tokens(SINGLE))
     print(f"moa-pd up: PD pair on GPU {gpu}, attention {sglang_gpu.attention_backend()}")
 
 
@@ -206,10 +213,13 @@ def trio_config(trio: tuple[str, str, str], out_dir: Path) -> Path:
 def trio_fits(config: Path, trio: tuple[str, ...], gpu: int) -> bool:
     """`moa-pd plan` accepts it on `gpu`; without that command, two workers per model fit in
     the GPU's free memory with ~2 GiB each for the CUDA context and a capped pool."""
-    if cli_options("plan") is not None:
-        plan = moa_pd(
-            "plan", "--config", str(config), "--backend", "sglang", *one_gpu_args("plan", gpu)
-        )
+    options = cli_options("plan")
+    if options is not None:
+        args = ["--config", str(config)] if "--config" in options else [str(config)]
+        args += ["--backend", "sglang"] if "--backend" in options else []
+        plan = moa_pd("plan", *args, *one_gpu_args("plan", gpu), timeout=300)
+        if "usage:" in plan.stderr:  # a changed command line must not pass as "does not fit"
+            pytest.fail(f"moa-pd plan {' '.join(args)}: {plan.stderr[-1500:]}")
         return plan.returncode == 0
     need = sum(2 * (weights_gib(s) + 2.0) for s in dict.fromkeys(trio))
     return need <= free_memory_by_gpu()[gpu] / 1024 * 0.9
@@ -231,7 +241,7 @@ def trio_tree(gpu, tmp_path_factory) -> tuple[tuple[str, ...], Path]:
     pytest.skip(f"no trio of {TRIOS} fits GPU {gpu}; set {TRIO_ENV} to smaller shapes")
 
 
-def test_run_settings_2_and_3_on_the_dummy_tree_on_one_gpu(trio_tree, gpu, tmp_path):
+def test_run_settings_2_and_3_on_the_dummy_tree_on_one_gpu(trio_tree, gpu, gpus, tmp_path):  # noqa: F811
     trio, config = trio_tree
     for shape in dict.fromkeys(trio):
         dummy_model_dir(f"dummy:{shape}")
@@ -266,7 +276,7 @@ def test_run_settings_2_and_3_on_the_dummy_tree_on_one_gpu(trio_tree, gpu, tmp_p
             assert len(a.output_ids) == cfg.sampling_of(aid).max_new_tokens, (r.setting, aid)
     deployment = json.loads((out / "deployment" / "cluster.json").read_text())
     assert set(deployment["models"]) == set(dict.fromkeys(trio))
-    check_workers_share_the_gpu(deployment, gpu, None)
+    check_workers_share_the_gpu(deployment, placed_on("run", gpu, gpus), None)
     finals = [r.agents["final"] for r in rows if r.setting == 3]
     assert all(f.warmups > 0 and f.cached_tokens > 0 for f in finals)
     summary = json.loads((out / "summary.json").read_text())
