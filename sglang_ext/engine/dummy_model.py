@@ -97,7 +97,7 @@ PLACEHOLDER = struct.pack("<Q", 2) + b"{}"
 
 
 def shape_of(model_path: str) -> str | None:
-    """ "dummy:qwen3-8b" -> "qwen3-8b"; None for any other model path."""
+    """The shape a 'dummy:SHAPE' model path names ("dummy:qwen3-8b" -> "qwen3-8b"), else None."""
     if not model_path.startswith(DUMMY_MODEL_PREFIX):
         return None
     return model_path.removeprefix(DUMMY_MODEL_PREFIX).strip().lower()
@@ -112,10 +112,11 @@ def check_shape(shape: str) -> dict:
 
 def hf_config(shape: str, tokenizer) -> dict:
     """config.json of `shape`, its vocabulary and special ids those of `tokenizer`."""
+    hp = check_shape(shape)
     return {
         **QWEN3_COMMON,
-        **check_shape(shape),
-        "max_window_layers": check_shape(shape)["num_hidden_layers"],
+        **hp,
+        "max_window_layers": hp["num_hidden_layers"],
         "vocab_size": len(tokenizer),
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
