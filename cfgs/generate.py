@@ -79,10 +79,12 @@ def tree(
     mid_model: str | list[str],
     root_model: str,
     leaf_sampling: list[dict] | None = None,
+    cluster_sampling: list[dict] | None = None,
 ):
     """n_clusters leaf clusters of len(leaf_models) proposers, one aggregator each, one root.
-    Leaf k of each cluster takes `leaf_sampling[k]` (its length budget, say); `mid_model` is one
-    model for every cluster's aggregator, or a list with one per cluster."""
+    Leaf k of each cluster takes `leaf_sampling[k]` (its length budget, say), or every leaf of
+    cluster c `cluster_sampling[c]`; `mid_model` is one model for every cluster's aggregator, or
+    a list with one per cluster."""
     mid_models = [mid_model] * n_clusters if isinstance(mid_model, str) else mid_model
     agents, templates = [], proposer_templates(n_clusters * len(leaf_models))
     mids = []
@@ -97,6 +99,8 @@ def tree(
             }
             if leaf_sampling:
                 agent["sampling"] = leaf_sampling[j]
+            if cluster_sampling:
+                agent["sampling"] = cluster_sampling[c]
             agents.append(agent)
             leaves.append(agent_id)
         mid = f"agg_{c}" if n_clusters > 1 else "final"
@@ -124,8 +128,10 @@ def all_to_all(
     mid_model: str,
     root_model: str,
     leaf_sampling: list[dict] | None = None,
+    cluster_sampling: list[dict] | None = None,
 ):
-    """The paper's dense baseline: n proposers, n layer-2 agents each reading all n, 1 root."""
+    """The paper's dense baseline: n proposers, n layer-2 agents each reading all n, 1 root.
+    `cluster_sampling[c]` goes to leaves 3c..3c+2, the leaves of the 9-3-1 tree's cluster c."""
     agents, templates = [], proposer_templates(n)
     leaves = []
     for i in range(n):
@@ -137,6 +143,8 @@ def all_to_all(
         }
         if leaf_sampling:
             agent["sampling"] = leaf_sampling[i % len(leaf_sampling)]
+        if cluster_sampling:
+            agent["sampling"] = cluster_sampling[i // 3]
         agents.append(agent)
         leaves.append(agent_id)
     templates["aggregate_layer2"] = {"system": AGGREGATOR_SYSTEM, "user": aggregator_user(leaves)}
@@ -167,6 +175,20 @@ CPU_SAMPLING = {"temperature": 0.0, "max_new_tokens": 96}
 # template order, as in the paper's hetero clusters (SmolLM2 rarely stops early on its own).
 CPU_LEAF_BUDGETS = [{"max_new_tokens": 48}, {"max_new_tokens": 96}, {"max_new_tokens": 160}]
 GPU_EMBEDDING = "Qwen/Qwen3-Embedding-4B"
+# Weight-free configs (`"model_path": "dummy:SHAPE"`, served with --load-format dummy): real
+# shapes, random weights, so real timings and meaningless text. Random weights never end an
+# answer, so every answer has a fixed length (ignore_eos): the leaves of cluster c write
+# DUMMY_CLUSTER_TOKENS[c] tokens and the aggregators DUMMY_SAMPLING's, which gives the clusters
+# the unequal finish times of the paper's runs on top of the shapes' unequal speeds. Greedy, so
+# pipelined and blocking runs produce the same tokens.
+DUMMY_CLUSTER_TOKENS = [300, 500, 700]
+DUMMY_SAMPLING = {"temperature": 0.0, "max_new_tokens": 500, "ignore_eos": True}
+# The paper's hetero trio as shapes; a test or a user with less GPU memory substitutes smaller
+# ones (tests/test_sglang_gpu_run.py: MOA_PD_GPU_TRIO).
+DUMMY_TRIO = ["qwen3-4b", "qwen3-8b", "qwen3-32b"]
+# The CPU twin: one 2-layer shape for every part, answers of 12/20/28 tokens, aggregators 16.
+DUMMY_CPU_CLUSTER_TOKENS = [12, 20, 28]
+DUMMY_CPU_SAMPLING = {"temperature": 0.0, "max_new_tokens": 16, "ignore_eos": True}
 
 
 def gpu_models(names: list[str]) -> dict:
@@ -174,6 +196,14 @@ def gpu_models(names: list[str]) -> dict:
         n: {"model_path": QWEN[n], "server_args": {"sglang": {"mem_fraction_static": 0.85}}}
         for n in names
     }
+
+
+def dummy_models(shapes: list[str]) -> dict:
+    return {n: {"model_path": f"dummy:{n}", "load_format": "dummy"} for n in dict.fromkeys(shapes)}
+
+
+def fixed_lengths(tokens: list[int]) -> list[dict]:
+    return [{"max_new_tokens": n, "min_new_tokens": n} for n in tokens]
 
 
 def write(
@@ -253,6 +283,73 @@ def main() -> None:
             GPU_EMBEDDING,
             dmv,
         )
+
+    _, mid, large = DUMMY_TRIO
+    lengths = "/".join(map(str, DUMMY_CLUSTER_TOKENS))
+    a, t = tree(3, DUMMY_TRIO, mid, large, cluster_sampling=fixed_lengths(DUMMY_CLUSTER_TOKENS))
+    write(
+        "tree_9_3_1_dummy_gpu",
+        "GPU, weight-free: the paper's 9-3-1 hetero tree on Qwen3 4B/8B/32B shapes with random "
+        f"weights (load_format dummy); leaves of cluster 0/1/2 write exactly {lengths} tokens "
+        f"(ignore_eos), aggregators and root {DUMMY_SAMPLING['max_new_tokens']}; greedy.",
+        dummy_models(DUMMY_TRIO),
+        a,
+        t,
+        DUMMY_SAMPLING,
+        "all-minilm-l6-v2",
+    )
+    a, t = all_to_all(
+        9, DUMMY_TRIO, mid, large, cluster_sampling=fixed_lengths(DUMMY_CLUSTER_TOKENS)
+    )
+    write(
+        "all_to_all_9_9_1_dummy_gpu",
+        "GPU, weight-free: the dense 9-9-1 twin of tree_9_3_1_dummy_gpu (setting #1); leaves "
+        f"cycle the 4B/8B/32B shapes, leaves 0-2/3-5/6-8 write exactly {lengths} tokens, "
+        f"layer-2 aggregators 8B and root 32B {DUMMY_SAMPLING['max_new_tokens']}; greedy.",
+        dummy_models(DUMMY_TRIO),
+        a,
+        t,
+        DUMMY_SAMPLING,
+        "all-minilm-l6-v2",
+    )
+    a, t = tree(1, [mid] * 3, mid, mid, fixed_lengths(DUMMY_CLUSTER_TOKENS))
+    write(
+        "single_8b_dummy_gpu",
+        "GPU, weight-free: one Qwen3-8B-shaped model (one PD pair) for the PD-pair tests and "
+        f"the microbench; a 3-1 tree whose leaves write exactly {lengths} tokens, the "
+        f"aggregator {DUMMY_SAMPLING['max_new_tokens']}; greedy.",
+        dummy_models([mid]),
+        a,
+        t,
+        DUMMY_SAMPLING,
+        "all-minilm-l6-v2",
+    )
+    tiny = "qwen3-tiny"
+    cpu_lengths = "/".join(map(str, DUMMY_CPU_CLUSTER_TOKENS))
+    a, t = tree(1, [tiny] * 3, tiny, tiny, fixed_lengths(DUMMY_CPU_CLUSTER_TOKENS))
+    write(
+        "tree_3_1_dummy_cpu",
+        "CPU twin of the weight-free GPU configs: a 3-1 tree on a 2-layer Qwen3 shape with random "
+        f"weights (load_format dummy); leaves write exactly {cpu_lengths} tokens (ignore_eos), "
+        f"the aggregator {DUMMY_CPU_SAMPLING['max_new_tokens']}; greedy.",
+        dummy_models([tiny]),
+        a,
+        t,
+        DUMMY_CPU_SAMPLING,
+        "all-minilm-l6-v2",
+    )
+    a, t = tree(3, [tiny] * 3, tiny, tiny, cluster_sampling=fixed_lengths(DUMMY_CPU_CLUSTER_TOKENS))
+    write(
+        "tree_9_3_1_dummy_cpu",
+        "CPU twin of tree_9_3_1_dummy_gpu: the 9-3-1 tree on a 2-layer Qwen3 shape with random "
+        f"weights; leaves of cluster 0/1/2 write exactly {cpu_lengths} tokens (ignore_eos), "
+        f"aggregators and root {DUMMY_CPU_SAMPLING['max_new_tokens']}; greedy.",
+        dummy_models([tiny]),
+        a,
+        t,
+        DUMMY_CPU_SAMPLING,
+        "all-minilm-l6-v2",
+    )
 
     # Prefill forwards of at most 512 tokens: between forwards the engine answers finished
     # prefills (which the native sglang-router awaits before it streams decode's tokens) and

@@ -268,7 +268,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="incremental: one warm-up per this many arrived tokens (default 128)",
     )
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--model-path", default="smollm2-135m")
+    p.add_argument(
+        "--model-path",
+        default="smollm2-135m",
+        help="a local HF directory, 'smollm2-135m', or 'dummy:SHAPE' (e.g. dummy:qwen3-8b: random "
+        "weights of that shape, see `moa-pd dummy-model`)",
+    )
+    p.add_argument(
+        "--load-format",
+        choices=["auto", "dummy"],
+        default=None,
+        help="SGLang's --load-format for every worker; 'dummy': random weights of the model's "
+        "shape (default: dummy for a dummy:SHAPE model, else auto)",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument(
         "--backend",
@@ -334,6 +346,7 @@ def main(args: argparse.Namespace) -> int:
             out / "logs",
             backend=args.backend,
             variants=selected,
+            load_format=args.load_format,
         ) as dep:
             variants = [v for v in selected if v != "dp2_chunked" or dep.dp_chunked_urls]
             with open(out / "microbench.jsonl", "w") as sink:

@@ -20,7 +20,7 @@ from planning.model_memory import model_memory
 from planning.pack import PlanError, place
 from planning.types import WorkerDemand, WorkerPlacement
 from router.config import ModelSpec
-from sglang_ext.sglang_backend import cpu
+from sglang_ext.sglang_backend import cpu, gpu
 
 DP_CHUNK_TOKENS = 256  # --chunked-prefill-size of the dp2_chunked replicas (Sarathi baseline)
 
@@ -53,6 +53,7 @@ def worker_spec(
     backend: str = "torch",
     gpu_id: int | None = None,
     placed: WorkerPlacement | None = None,
+    load_format: str = "auto",
 ) -> ProcSpec:
     """One worker of `backend`: "torch" (the reference engine) or "sglang" (real SGLang: on
     `gpu_id`, or without one on SGLang's CPU path with the flags and environment `moa-pd up
@@ -64,11 +65,15 @@ def worker_spec(
     sglang_cpu = backend == "sglang" and gpu_id is None and placed is None
     if sglang_cpu:
         server_args = {k: v for k, v in server_args.items() if k != "max_total_tokens"}
-    spec = ModelSpec(model_path=model_dir, server_args={backend: server_args})
+    spec = ModelSpec(
+        model_path=model_dir, load_format=load_format, server_args={backend: server_args}
+    )
     argv = worker_argv(backend, model_dir, spec, role, host, port, bport, gpu_id=gpu_id)
     if sglang_cpu:
         argv += cpu.worker_flags(role)
         env.update(cpu.worker_env(role))
+    elif backend == "sglang":
+        argv += gpu.worker_flags(argv)  # triton where the kernels lack FA3
     if placed is not None:
         flags, gpu_env = placement_flags(placed)
         argv += flags
@@ -133,8 +138,11 @@ class Deployment:
         startup_timeout_s: float = 900.0,
         backend: str = "torch",
         variants: tuple[str, ...] = ("incremental", "pd", "dp2", "dp2_chunked"),
+        load_format: str | None = None,
     ):
         self.model_dir = resolve(model_path)
+        # None: what a config would take for this model_path ("dummy" for a dummy:SHAPE model).
+        self.load_format = load_format or ModelSpec(model_path=model_path).load_format
         self.host, self.log_dir, self.timeout = host, Path(log_dir), startup_timeout_s
         self.backend, self.variants = backend, tuple(variants)
         self.args = {
@@ -189,7 +197,16 @@ class Deployment:
         placed = self._placements([name for rows in groups.values() for name, _, _ in rows])
         specs = {
             g: [
-                worker_spec(name, self.model_dir, role, h, args, self.backend, placed=placed[name])
+                worker_spec(
+                    name,
+                    self.model_dir,
+                    role,
+                    h,
+                    args,
+                    self.backend,
+                    placed=placed[name],
+                    load_format=self.load_format,
+                )
                 for name, role, args in rows
             ]
             for g, rows in groups.items()

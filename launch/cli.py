@@ -70,7 +70,8 @@ def _add_optional_commands(sub) -> None:
     """Subcommands whose modules register themselves (launcher, runner, figures, demo)."""
     import importlib
 
-    for module in ("launch.commands", "planning.commands", "experiments.commands"):
+    modules = ("launch.commands", "launch.dummy_model_cmd", "planning.commands")
+    for module in (*modules, "experiments.commands"):
         try:
             mod = importlib.import_module(module)
         except ModuleNotFoundError as e:

@@ -23,6 +23,7 @@ from launch.procs import (
     start,
     stop_groups,
     wait_healthy,
+    wait_routable,
     write_pidfile,
 )
 from launch.worker_cmd import placement_flags, router_argv, worker_argv
@@ -31,6 +32,7 @@ from router.cluster import create_time
 from router.config import ModelSpec, TopologyConfig
 from sglang_ext.engine.config import DEFAULT_MAX_TOTAL_TOKENS
 from sglang_ext.sglang_backend import cpu
+from sglang_ext.sglang_backend import gpu as sglang_gpu
 
 log = logging.getLogger(__name__)
 PY = sys.executable
@@ -85,8 +87,9 @@ def merge_models(configs: list[TopologyConfig]) -> dict[str, ModelSpec]:
 def resolve_model(spec: ModelSpec, backend: str, local: bool = False) -> tuple[str, str]:
     """(model_path, tokenizer_path) as local paths, or a clear error before anything starts.
     `local`: resolve through the model store for SGLang too (its CPU path serves the CPU
-    configs' models, named like "smollm2-135m")."""
-    if backend == "torch" or local:
+    configs' models, named like "smollm2-135m"). A 'dummy:SHAPE' model is written by the model
+    store for either backend: SGLang gets its local directory."""
+    if backend == "torch" or local or spec.is_shape_only:
         from sglang_ext.engine.model_store import resolve_model_path
 
         try:
@@ -198,6 +201,8 @@ class Stack:
                 if self.sglang_cpu:
                     argv += cpu.worker_flags(role)
                     env = cpu.worker_env(role)
+                elif self.backend == "sglang":
+                    argv += sglang_gpu.worker_flags(argv)  # triton where the kernels lack FA3
                 argv, env = self._with_pool(m, role, f"{m.name}.{role}{i}", argv, env)
                 specs.append(
                     ProcSpec(
@@ -364,6 +369,7 @@ class Stack:
                 self._start_phase(turn, on_ready)
                 check_pools(self.procs[-len(turn) :], self.pool_needs, self.concurrency)
             self._start_phase(self.router_specs(), on_ready)
+            self._wait_routable()
             self._write_cluster()
             self._start_phase([self.shell_router_spec()], on_ready)
         except BaseException:
@@ -398,6 +404,13 @@ class Stack:
             self._write_cluster()
         specs = [*self.worker_specs(), *self.router_specs(), self.shell_router_spec()]
         return [s for n in names for s in specs if s.name == n]
+
+    def _wait_routable(self) -> None:
+        """A native sglang-router answers /health before it has registered its workers (its
+        first /generate then gets 503 "No prefill workers available"): wait until each routes."""
+        for m in self.models.values():
+            router = next(p for p in self.procs if p.spec.name == f"{m.name}.router")
+            wait_routable(f"http://{self.host}:{m.router_port}", self.startup_timeout_s, router)
 
     def _write_cluster(self) -> None:
         tmp = self.cluster_path.with_suffix(".tmp")

@@ -66,7 +66,9 @@ def worker_argv(
     tokenizer_path: str | None = None,
     gpu_id: int | None = None,
 ) -> list[str]:
-    """A deployment's prefill or decode worker, with the config's server_args for `backend`."""
+    """A deployment's prefill or decode worker, with the config's load_format (SGLang's
+    --load-format, which the reference engine honours too) and server_args for `backend`."""
+    load = ["--load-format", spec.load_format] if spec.load_format != "auto" else []
     return server_argv(
         backend,
         model_path,
@@ -76,7 +78,7 @@ def worker_argv(
         bootstrap_port,
         tokenizer_path,
         gpu_id,
-        server_arg_flags(spec.server_args.get(backend, {})),
+        load + server_arg_flags(spec.server_args.get(backend, {})),
     )
 
 

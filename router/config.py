@@ -12,6 +12,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from sglang_ext import protocol as P
+
 # An agent's dependencies are exactly the slots in its template.
 SLOT_PATTERN = re.compile(r"<\|answer:([^|<>]+)\|>")
 QUESTION_FIELD = "{question}"
@@ -25,6 +27,8 @@ class Sampling(_Strict):
     """SGLang's sampling_params, by SGLang's names. Unset fields fall back to the config default."""
 
     max_new_tokens: int | None = Field(default=None, gt=0, le=65536)
+    # With ignore_eos, max_new_tokens fixes an answer's length exactly (weight-free benchmarks).
+    min_new_tokens: int | None = Field(default=None, ge=0, le=65536)
     temperature: float | None = Field(default=None, ge=0.0)
     top_p: float | None = Field(default=None, gt=0.0, le=1.0)
     top_k: int | None = None
@@ -36,6 +40,13 @@ class Sampling(_Strict):
     presence_penalty: float | None = None
     frequency_penalty: float | None = None
     repetition_penalty: float | None = None
+
+    @model_validator(mode="after")
+    def _min_below_max(self) -> Sampling:
+        lo, hi = self.min_new_tokens, self.max_new_tokens
+        if lo is not None and hi is not None and lo > hi:
+            raise ValueError(f"min_new_tokens ({lo}) exceeds max_new_tokens ({hi}); lower it")
+        return self
 
     def merged_over(self, base: Sampling) -> Sampling:
         """This agent's values, with the config-wide defaults where it sets none."""
@@ -54,12 +65,50 @@ class Workers(_Strict):
 class ModelSpec(_Strict):
     """One served model: a PD deployment of `workers.prefill` + `workers.decode` workers."""
 
-    model_path: str = Field(description="local path, HF id, or 'smollm2-135m' (the embedded model)")
+    model_path: str = Field(
+        description="local path, HF id, 'smollm2-135m' (the embedded model), or 'dummy:SHAPE' "
+        "(a shape-only model, e.g. 'dummy:qwen3-8b', served with random weights)"
+    )
     tokenizer_path: str | None = None
+    # SGLang's --load-format: "dummy" serves random weights of the model's real shape (no
+    # weights read; timings real, outputs not), on both backends. Default: "dummy" for a
+    # 'dummy:SHAPE' model_path, else "auto".
+    load_format: Literal["auto", "dummy"] = "auto"
     workers: Workers = Workers()
     # Extra server flags per backend, by SGLang's flag names without dashes, e.g.
     # {"sglang": {"mem_fraction_static": 0.8}, "torch": {"max_total_tokens": 8192}}.
     server_args: dict[Literal["torch", "sglang"], dict[str, str | int | float | bool]] = {}
+
+    @property
+    def is_shape_only(self) -> bool:
+        """A 'dummy:SHAPE' model: a directory the model store writes, with no weights."""
+        return self.model_path.startswith(P.DUMMY_MODEL_PREFIX)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _dummy_path_loads_dummy(cls, data):
+        if isinstance(data, dict) and str(data.get("model_path", "")).startswith(
+            P.DUMMY_MODEL_PREFIX
+        ):
+            return {"load_format": P.LOAD_FORMAT_DUMMY, **data}
+        return data
+
+    @model_validator(mode="after")
+    def _check_load_format(self) -> ModelSpec:
+        if self.is_shape_only and self.load_format != P.LOAD_FORMAT_DUMMY:
+            raise ValueError(
+                f"model_path '{self.model_path}' has no weights: drop load_format "
+                '(it defaults to "dummy" there) or set it to "dummy"'
+            )
+        if self.is_shape_only and not self.model_path.removeprefix(P.DUMMY_MODEL_PREFIX):
+            raise ValueError("model_path 'dummy:' names no shape: write e.g. 'dummy:qwen3-8b'")
+        for backend, args in self.server_args.items():
+            if "load_format" in args:
+                raise ValueError(
+                    f"server_args.{backend}.load_format: set the model's own load_format "
+                    '(e.g. "load_format": "dummy"), which both backends honour'
+                )
+        return self
 
 
 class Template(_Strict):

@@ -174,3 +174,10 @@ WEIGHT_VERSION = "weight_version"
 AUX_FIRST_TOKEN = "first_token"
 AUX_LOGPROB = "logprob"
 AUX_TOP_LOGPROBS = "top_logprobs"
+
+# --- weight-free models (the config, the launcher and the model store read these) --------------
+# SGLang's --load-format value for random weights of the model's real shape.
+LOAD_FORMAT_DUMMY = "dummy"
+# A model_path "dummy:SHAPE" (e.g. "dummy:qwen3-8b") names a shape-only directory the model store
+# writes (sglang_ext/engine/dummy_model.py); it is always served with LOAD_FORMAT_DUMMY.
+DUMMY_MODEL_PREFIX = "dummy:"

@@ -35,6 +35,8 @@ class ServerArgs:
     chunked_prefill_size: int = 2048
     context_length: int | None = None  # None: the model's max_position_embeddings
     dtype: str = "float32"
+    # "dummy": random weights of config.json's shape, no safetensors read (SGLang's convention)
+    load_format: str = "auto"
     random_seed: int = 0
     served_model_name: str | None = None
     enable_metrics: bool = True
@@ -95,6 +97,7 @@ def make_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunked-prefill-size", type=int, default=d.chunked_prefill_size)
     p.add_argument("--context-length", type=int, default=None)
     p.add_argument("--dtype", choices=["auto", "float32", "bfloat16", "float16"], default="float32")
+    p.add_argument("--load-format", choices=["auto", "dummy"], default=d.load_format)
     p.add_argument("--random-seed", type=int, default=d.random_seed)
     p.add_argument("--served-model-name", default=None)
     # Metrics are always served; the flag is accepted so SGLang command lines work unchanged.

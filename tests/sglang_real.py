@@ -157,12 +157,19 @@ def deployment_cluster(cluster: dict, **kw) -> ClusterSpec:
     return ClusterSpec.model_validate({**cluster, "timeouts": timeouts, **kw})
 
 
-def router_warmup(spec: ClusterSpec, input_ids: list[int], rid: str) -> dict:
-    """A warm-up sent by the router's own code (router/pd.py::Deployment.warmup); its meta_info."""
+def router_warmup(
+    spec: ClusterSpec, input_ids: list[int], rid: str, model: str | None = None
+) -> dict:
+    """A warm-up sent by the router's own code (router/pd.py::Deployment.warmup) to `model`'s
+    deployment (default: the spec's only model); its meta_info."""
+    if model is None:
+        if len(spec.models) != 1:
+            raise ValueError(f"name the model to warm up: the spec serves {sorted(spec.models)}")
+        model = next(iter(spec.models))
 
     async def send() -> dict:
         async with RouterContext.open(spec) as ctx:
-            dep = ctx.deployments["smollm2"]
+            dep = ctx.deployments[model]
             target = dep.pick_prefill()
             try:
                 return await dep.warmup(target, input_ids, P.WARMUP_RID_PREFIX + rid)
@@ -170,6 +177,13 @@ def router_warmup(spec: ClusterSpec, input_ids: list[int], rid: str) -> dict:
                 dep.unpin(target)
 
     return asyncio.run(send())
+
+
+def pool_tokens(url: str) -> int:
+    """The KV pool a worker sized at start (SGLang's /get_server_info `max_total_num_tokens`)."""
+    r = requests.get(url + "/get_server_info", timeout=30)
+    assert r.status_code == 200, f"{url}/get_server_info: {r.status_code} {r.text[:200]}"
+    return int(r.json()["max_total_num_tokens"])
 
 
 def flush(*urls: str, timeout_s: float = 60) -> None:

@@ -212,3 +212,70 @@ def test_config_option_takes_a_path_anywhere_and_names_must_not_clash(tmp_path, 
     other.write_text(json.dumps({**raw, "description": "edited"}))
     with pytest.raises(ConfigError, match="also named 'tree_3_1_cpu' but differs"):
         load_configs_by_name([str(mine), str(other)])
+
+
+def test_dummy_load_format_and_dummy_models(tmp_path):
+    cfg = base()
+    cfg["models"]["m"] = {"model_path": "/models/qwen3-8b-shape", "load_format": "dummy"}
+    assert parse_config(json.dumps(cfg)).models["m"].load_format == "dummy"
+    cfg["models"]["m"] = {"model_path": "dummy:qwen3-8b"}  # a shape-only model loads dummy
+    assert parse_config(json.dumps(cfg)).models["m"].load_format == "dummy"
+    cfg["models"]["m"] = {"model_path": "dummy:qwen3-8b", "load_format": "auto"}
+    err = error_for(cfg, tmp_path)
+    assert err.path == "models.m" and "'dummy:qwen3-8b' has no weights" in err.message
+    cfg["models"]["m"] = {"model_path": "smollm2-135m", "load_format": "dumy"}
+    err = error_for(cfg, tmp_path)
+    assert err.path == "models.m.load_format" and "'auto' or 'dummy'" in err.message
+    cfg["models"]["m"] = {
+        "model_path": "smollm2-135m",
+        "server_args": {"sglang": {"load_format": "dummy"}},
+    }
+    err = error_for(cfg, tmp_path)
+    assert err.path == "models.m" and "server_args.sglang.load_format" in err.message
+    assert "set the model's own load_format" in err.message
+
+
+def test_min_new_tokens_cannot_exceed_max_new_tokens(tmp_path):
+    cfg = base()
+    cfg["agents"][0]["sampling"] = {"max_new_tokens": 8, "min_new_tokens": 8, "ignore_eos": True}
+    parsed = parse_config(json.dumps(cfg))
+    assert parsed.sampling_of("a").to_sglang()["min_new_tokens"] == 8
+    cfg["agents"][0]["sampling"] = {"max_new_tokens": 8, "min_new_tokens": 9}
+    err = error_for(cfg, tmp_path)
+    assert err.path == "agents[0].sampling"
+    assert "min_new_tokens (9) exceeds max_new_tokens (8)" in err.message
+
+
+@pytest.mark.parametrize(
+    "name,lengths",
+    [
+        ("tree_9_3_1_dummy_gpu", (300, 500, 700)),
+        ("all_to_all_9_9_1_dummy_gpu", (300, 500, 700)),
+        ("tree_9_3_1_dummy_cpu", (12, 20, 28)),
+    ],
+)
+def test_dummy_configs_fix_each_clusters_output_length(name, lengths):
+    cfg = load_config(name)
+    assert all(m.load_format == "dummy" and m.is_shape_only for m in cfg.models.values())
+    leaves = [a.id for a in cfg.agents if not cfg.precursors(a.id)]
+    assert len(leaves) == 9
+    for i, leaf in enumerate(leaves):
+        s = cfg.sampling_of(leaf)
+        want = lengths[i // 3]  # the leaves of one cluster (dense: of one group of three)
+        assert s.ignore_eos and s.max_new_tokens == s.min_new_tokens == want, leaf
+        assert s.temperature == 0.0
+    assert all(cfg.sampling_of(a.id).ignore_eos for a in cfg.agents)
+
+
+def test_dummy_gpu_configs_use_the_hetero_shapes():
+    tree = load_config("tree_9_3_1_dummy_gpu")
+    paths = {n: m.model_path for n, m in tree.models.items()}
+    assert paths == {f"qwen3-{s}": f"dummy:qwen3-{s}" for s in ("4b", "8b", "32b")}
+    assert [tree.agent(f"leaf_0_{j}").model for j in range(3)] == list(paths)
+    assert tree.agent("agg_1").model == "qwen3-8b" and tree.agent("final").model == "qwen3-32b"
+    dense = load_config("all_to_all_9_9_1_dummy_gpu")
+    assert dense.models == tree.models  # one deployment serves both (setting #1)
+    single = load_config("single_8b_dummy_gpu")
+    assert (
+        list(single.models) == ["qwen3-8b"] and single.models["qwen3-8b"] == tree.models["qwen3-8b"]
+    )

@@ -28,8 +28,8 @@ def test_unknown_name_says_what_to_give():
     with pytest.raises(FileNotFoundError) as err:
         resolve_model_path("meta-llama/Llama-3-8B")
     assert str(err.value) == (
-        "model 'meta-llama/Llama-3-8B' not found: give a local HF directory, 'smollm2-135m' or "
-        "'gemma3-270m'; no model hub is reachable"
+        "model 'meta-llama/Llama-3-8B' not found: give a local HF directory, 'smollm2-135m', "
+        "'gemma3-270m' or 'dummy:SHAPE' (weights-free); no model hub is reachable"
     )
 
 

@@ -168,6 +168,18 @@ def test_dry_run_prints_the_exact_command_lines(capsys):
     assert [shlex.split(ln) for ln in lines] == list(pd_pair_commands(spec).values())
 
 
+def test_dry_run_resolves_a_dummy_shape(capsys):
+    from sglang_ext.engine.model_store import resolve_model_path
+
+    assert pair_main(["--model-path", "dummy:qwen3-tiny", "--dry-run"]) == 0
+    workers = [shlex.split(ln) for ln in capsys.readouterr().out.splitlines()[1:4:2]]
+    for argv in workers:
+        assert argv[argv.index("--model-path") + 1] == resolve_model_path("dummy:qwen3-tiny")
+        assert argv[argv.index("--load-format") + 1] == "dummy"
+    assert pair_main(["--model-path", "dummy:qwen3-9b", "--dry-run"]) == 2
+    assert "unknown model shape 'qwen3-9b'" in capsys.readouterr().err
+
+
 def test_dry_run_rejects_a_bad_pair(capsys):
     assert pair_main(["--model-path", "m", "--decode-port", "30000", "--dry-run"]) == 2
     assert "distinct" in capsys.readouterr().err

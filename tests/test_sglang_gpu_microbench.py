@@ -2,7 +2,9 @@
 must run the microbench on SGLang, not only on the reference engine). A module of its own, so the
 PD pair of tests/test_sglang_gpu.py has given its GPUs back before this one starts workers on
 them. The same command and checks as tests/test_sglang_cpu_microbench.py, which runs them on
-SGLang's CPU path in CI; here each worker gets a GPU (launch.gpus) and real weights."""
+SGLang's CPU path in CI; here the workers run on the GPUs the launcher places them on -- with one
+GPU, both on it (issue 19) -- with MOA_PD_GPU_MODEL's weights or, by default, the Qwen3-8B shape
+with random weights ('dummy:qwen3-8b', which the microbench loads with --load-format dummy)."""
 
 from __future__ import annotations
 
@@ -11,21 +13,21 @@ import subprocess
 import sys
 
 import pytest
-from test_sglang_gpu import gpus, model_dir, sglang_case  # noqa: F401 (fixtures)
+from test_sglang_gpu import attention, gpu_model, gpus, sglang_case  # noqa: F401 (fixtures)
 
 from experiments.microbench import sample_prompts, warm_prefix_lengths
 from experiments.microbench_deploy import vocab_size
 from launch.ports import port_in_use
+from sglang_ext.sglang_backend import gpu as sglang_gpu
 
 pytestmark = pytest.mark.gpu
 
 MAX_LEN, CHUNK, SEED, PROMPTS = 2048, 256, 0, 4
 
 
-def test_microbench_on_sglang_gpus_hits_its_warmups(gpus, model_dir, tmp_path):  # noqa: F811
+def test_microbench_on_sglang_gpus_hits_its_warmups(gpus, gpu_model, attention, tmp_path):  # noqa: F811
     variants = "incremental,pd"
-    if gpus < 2:
-        pytest.skip(f"needs 2 GPUs for a PD pair (found {gpus})")
+    model_dir, load_format = gpu_model
     out = tmp_path / "mb"
     cmd = [
         sys.executable,
@@ -50,6 +52,8 @@ def test_microbench_on_sglang_gpus_hits_its_warmups(gpus, model_dir, tmp_path): 
         str(SEED),
         "--variants",
         variants,
+        "--load-format",
+        load_format,
     ]
     r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-3000:]
@@ -65,6 +69,19 @@ def test_microbench_on_sglang_gpus_hits_its_warmups(gpus, model_dir, tmp_path): 
         assert row["cached_tokens"] == (warmed[-1] if warmed else 0), row
     assert all(row["cached_tokens"] == 0 for row in by_variant["pd"])  # flushed between variants
     assert (out / "fig_microbench.png").exists()
-    argv = (out / "logs" / "pd.prefill.log").read_text().splitlines()[0].split()
-    assert argv[argv.index("--backend") + 1] == "sglang" and "--base-gpu-id" in argv
-    assert not port_in_use(int(argv[argv.index("--port") + 1])), "a worker outlived the command"
+    argvs = {
+        role: (out / "logs" / f"pd.{role}.log").read_text().splitlines()[0].split()
+        for role in ("prefill", "decode")
+    }
+    for argv in argvs.values():
+        assert argv[argv.index("--backend") + 1] == "sglang" and "--base-gpu-id" in argv
+        if sglang_gpu.has_fa3():  # SGLang's own default on Hopper
+            assert "--attention-backend" not in argv
+        else:
+            assert argv[argv.index("--attention-backend") + 1] == "triton"
+        if load_format == "dummy":
+            assert argv[argv.index("--load-format") + 1] == "dummy"
+        assert not port_in_use(int(argv[argv.index("--port") + 1])), "a worker outlived the run"
+    if gpus == 1:  # the PD pair shares the one GPU
+        assert {argv[argv.index("--base-gpu-id") + 1] for argv in argvs.values()} == {"0"}
+    print(f"microbench on {gpus} GPU(s), attention {sglang_gpu.attention_backend()}")

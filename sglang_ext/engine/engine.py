@@ -167,7 +167,9 @@ def build_engine(args, tokenizer=None) -> Engine:
     from sglang_ext.engine.model_store import resolve_model_path
 
     dtype = DTYPES[args.dtype]
-    model = CausalLM.from_pretrained(resolve_model_path(args.model_path), dtype=dtype)
+    model = CausalLM.from_pretrained(
+        resolve_model_path(args.model_path), dtype=dtype, load_format=args.load_format
+    )
     extra_eos = (
         (tokenizer.eos_token_id,)
         if tokenizer is not None and tokenizer.eos_token_id is not None

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from sglang_ext import protocol as P
 from sglang_ext.engine.attention import Attention, AttentionPlan, RotaryEmbedding
 from sglang_ext.engine.forward_batch import ForwardBatch
 from sglang_ext.engine.gemma3 import Gemma3DecoderLayer, GemmaRMSNorm
 from sglang_ext.engine.linear import GatedMLP, Linear
-from sglang_ext.engine.weights import load_weights, read_hf_config
+from sglang_ext.engine.weights import init_dummy_weights, load_weights, read_hf_config
 
 SUPPORTED_MODEL_TYPES = ("llama", "qwen3", "gemma3_text")
 GEMMA3 = "gemma3_text"
@@ -162,10 +163,17 @@ class CausalLM(nn.Module):
             self.lm_head.weight = self.model.embed_tokens.weight
 
     @classmethod
-    def from_pretrained(cls, path: str, dtype: torch.dtype = torch.float32) -> CausalLM:
-        """Load an HF directory (see `model_store.resolve_model_path` for names)."""
-        model = cls(ModelConfig.from_hf(read_hf_config(path), dtype))
-        load_weights(model, path, tied_lm_head=model.config.tie_word_embeddings)
+    def from_pretrained(
+        cls, path: str, dtype: torch.dtype = torch.float32, load_format: str = "auto"
+    ) -> CausalLM:
+        """Load an HF directory (see `model_store.resolve_model_path` for names); load_format
+        "dummy" (SGLang's name) reads only config.json and fills seeded random weights."""
+        hf = read_hf_config(path)
+        model = cls(ModelConfig.from_hf(hf, dtype))
+        if load_format == P.LOAD_FORMAT_DUMMY:
+            init_dummy_weights(model, std=hf.get("initializer_range", 0.02))
+        else:
+            load_weights(model, path, tied_lm_head=model.config.tie_word_embeddings)
         model.requires_grad_(False)
         model.lm_head.pack(keep_dense=model.config.tie_word_embeddings)  # see linear.py
         return model.eval()

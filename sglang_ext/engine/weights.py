@@ -1,4 +1,5 @@
-"""Reads an HF model directory (config.json + *.safetensors) into a `CausalLM`.
+"""Reads an HF model directory (config.json + *.safetensors) into a `CausalLM`, or fills it
+with seeded random weights (`--load-format dummy`).
 
 Called by `CausalLM.from_pretrained`. HF tensor names map one-to-one onto our module names,
 except q/k/v and gate/up, which we stack into one `MergedLinear` each (fewer matmuls per layer).
@@ -7,6 +8,7 @@ except q/k/v and gate/up, which we stack into one `MergedLinear` each (fewer mat
 from __future__ import annotations
 
 import json
+import zlib
 from pathlib import Path
 
 import torch
@@ -57,6 +59,7 @@ def load_weights(model: nn.Module, path: str | Path, tied_lm_head: bool) -> None
     if tied_lm_head:
         expected.discard(("lm_head.weight", None))  # the same Parameter as embed_tokens.weight
 
+    loaded = 0
     for file in files:
         with safe_open(str(file), framework="pt") as reader:
             for hf_name in reader.keys():  # noqa: SIM118 (safe_open is not a dict)
@@ -82,9 +85,35 @@ def load_weights(model: nn.Module, path: str | Path, tied_lm_head: bool) -> None
                 with torch.no_grad():
                     dest.copy_(tensor)
                 expected.discard((name, shard))
+                loaded += 1
+    if expected and not loaded:
+        raise ValueError(
+            f"{path} holds no weights (a shape-only model?): serve it with --load-format dummy, "
+            'or set "load_format": "dummy" on the model in the config'
+        )
     if expected:
         names = sorted(f"{n}[{s}]" if s is not None else n for n, s in expected)
         raise ValueError(f"{path} lacks {len(names)} tensors, e.g. {names[:3]}")
+
+
+# Dummy weights depend on this seed and the parameter's name only (SGLang's dummy loader also
+# uses one fixed seed), so every worker of a model -- a PD pair's prefill and decode included --
+# holds the same weights, whatever its --random-seed.
+DUMMY_SEED = 1234
+
+
+def init_dummy_weights(model: nn.Module, std: float, seed: int = DUMMY_SEED) -> None:
+    """Random weights in place, no file read: norms 1, biases 0, every other tensor
+    N(0, std) (HF's initializer_range), drawn in float32 from a generator seeded by the name."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():  # a tied weight is listed once
+            if "norm" in name:
+                param.fill_(1.0)
+            elif name.endswith(".bias"):
+                param.zero_()
+            else:
+                gen = torch.Generator().manual_seed(seed + zlib.crc32(name.encode()))
+                param.copy_(torch.empty(param.shape).normal_(0.0, std, generator=gen))
 
 
 def _our_name(hf_name: str) -> tuple[str, int | None]:

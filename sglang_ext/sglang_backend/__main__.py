@@ -23,7 +23,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m sglang_ext.sglang_backend",
         description="One SGLang PD pair (prefill + decode over NIXL) behind an sglang-router.",
     )
-    p.add_argument("--model-path", required=True, help="HF id or a directory with config.json")
+    p.add_argument(
+        "--model-path",
+        required=True,
+        help="HF id, a directory with config.json, or dummy:SHAPE (random weights, e.g. "
+        "dummy:qwen3-8b)",
+    )
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--prefill-port", type=int, default=30000)
     p.add_argument("--decode-port", type=int, default=30001)
@@ -52,8 +57,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def spec_from_args(a: argparse.Namespace) -> PDPairSpec:
+    model_path, load_format = a.model_path, a.load_format
+    if model_path.startswith(P.DUMMY_MODEL_PREFIX):
+        # A shape-only model (e.g. dummy:qwen3-8b): SGLang gets the directory the model store
+        # writes, always with random weights.
+        from sglang_ext.engine.model_store import resolve_model_path
+
+        model_path, load_format = resolve_model_path(model_path), P.LOAD_FORMAT_DUMMY
     return PDPairSpec(
-        model_path=a.model_path,
+        model_path=model_path,
         host=a.host,
         prefill_port=a.prefill_port,
         decode_port=a.decode_port,
@@ -67,7 +79,7 @@ def spec_from_args(a: argparse.Namespace) -> PDPairSpec:
         tp_size=a.tp_size,
         mem_fraction_static=a.mem_fraction_static,
         schedule_conservativeness=a.schedule_conservativeness,
-        load_format=a.load_format,
+        load_format=load_format,
         skip_tokenizer_init=a.skip_tokenizer_init,
         prefill_args=tuple(shlex.split(a.prefill_extra)),
         decode_args=tuple(shlex.split(a.decode_extra)),
@@ -79,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         spec = spec_from_args(args)
-    except ValueError as e:
+    except (ValueError, FileNotFoundError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     commands = pd_pair_commands(spec)

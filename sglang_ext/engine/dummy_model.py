@@ -1,0 +1,144 @@
+"""Shape-only model directories: a real architecture's config.json, the embedded SmolLM2 tokenizer
+(with its chat template) and a placeholder safetensors file holding no tensors.
+
+Served with `--load-format dummy` (SGLang's convention; the reference engine honours it too), such
+a directory gives random weights of the real size: timings are real, outputs are not. Written by
+`moa-pd dummy-model` and by the model store for a `"model_path": "dummy:SHAPE"`.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+from sglang_ext.protocol import DUMMY_MODEL_PREFIX
+
+# The Qwen3 dense models' published config.json values (hub configs of Qwen/Qwen3-1.7B, -4B, -8B,
+# -14B, -32B; all: head_dim 128, 8 KV heads, RoPE base 1e6, 40,960 positions; the smaller ones
+# tie their embeddings). "qwen3-tiny" is a 2-layer
+# model of the same family for CPU tests. Vocabulary and special ids come from the tokenizer.
+SHAPES: dict[str, dict] = {
+    "qwen3-tiny": {
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "head_dim": 32,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-1.7b": {
+        "hidden_size": 2048,
+        "intermediate_size": 6144,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-4b": {
+        "hidden_size": 2560,
+        "intermediate_size": 9728,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "tie_word_embeddings": True,
+    },
+    "qwen3-8b": {
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-14b": {
+        "hidden_size": 5120,
+        "intermediate_size": 17408,
+        "num_hidden_layers": 40,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "tie_word_embeddings": False,
+    },
+    "qwen3-32b": {
+        "hidden_size": 5120,
+        "intermediate_size": 25600,
+        "num_hidden_layers": 64,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 128,
+        "tie_word_embeddings": False,
+    },
+}
+QWEN3_COMMON = {
+    "architectures": ["Qwen3ForCausalLM"],
+    "model_type": "qwen3",
+    "attention_bias": False,
+    "attention_dropout": 0.0,
+    "hidden_act": "silu",
+    "initializer_range": 0.02,
+    "max_position_embeddings": 40960,
+    "rms_norm_eps": 1e-06,
+    "rope_scaling": None,
+    "rope_theta": 1000000.0,
+    "sliding_window": None,
+    "use_sliding_window": False,
+    "use_cache": True,
+    "torch_dtype": "bfloat16",
+}
+# A safetensors file is an 8-byte little-endian header length and a JSON header; "{}" declares
+# no tensors. SGLang's dummy loader still looks for a weights file, and an empty file is invalid.
+PLACEHOLDER_NAME = "model.safetensors"
+PLACEHOLDER = struct.pack("<Q", 2) + b"{}"
+
+
+def shape_of(model_path: str) -> str | None:
+    """The shape a 'dummy:SHAPE' model path names ("dummy:qwen3-8b" -> "qwen3-8b"), else None."""
+    if not model_path.startswith(DUMMY_MODEL_PREFIX):
+        return None
+    return model_path.removeprefix(DUMMY_MODEL_PREFIX).strip().lower()
+
+
+def check_shape(shape: str) -> dict:
+    """The shape's hyper-parameters, or a ValueError naming the known shapes."""
+    if shape not in SHAPES:
+        raise ValueError(f"unknown model shape '{shape}': use one of {', '.join(SHAPES)}")
+    return SHAPES[shape]
+
+
+def hf_config(shape: str, tokenizer) -> dict:
+    """config.json of `shape`, its vocabulary and special ids those of `tokenizer`."""
+    hp = check_shape(shape)
+    return {
+        **QWEN3_COMMON,
+        **hp,
+        "max_window_layers": hp["num_hidden_layers"],
+        "vocab_size": len(tokenizer),
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
+def write_dummy_model(shape: str, out_dir: Path, cache_dir: str | None = None) -> Path:
+    """Write a shape-only HF directory for `shape` into out_dir (created if missing); the
+    tokenizer comes from the model store under cache_dir (default: its usual cache)."""
+    from transformers import AutoTokenizer
+
+    from sglang_ext.engine.model_store import SMOLLM2_NAMES, resolve_model_path
+
+    check_shape(shape)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(SMOLLM2_NAMES[0], cache_dir))
+    config = hf_config(shape, tokenizer)
+    (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    generation = {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}
+    (out_dir / "generation_config.json").write_text(json.dumps(generation, indent=2) + "\n")
+    tokenizer.save_pretrained(str(out_dir))
+    (out_dir / PLACEHOLDER_NAME).write_bytes(PLACEHOLDER)
+    return out_dir
