@@ -5,10 +5,11 @@ Each repetition draws a fresh random prompt per length and measures it cold and 
 alternating), on two paths: `router`, the model's native sglang-router (prefill + decode behind
 it, as first-layer agents are sent), and `dual`, the shell router's own successor path
 (router/pd.py `Deployment.dual`: the same JSON to a pinned prefill worker and a decode worker),
-whose prefill reply carries the prefill worker's meta_info (the native router drains it). Every
-radix cache is flushed before each measurement; "warm" first sends the router's own warm-up
-(`Deployment.warmup`: /generate to the fake bootstrap host, or /prefill_only) of the prompt
-without its last `--tail` tokens, as a successor's final request adds its template's tail.
+whose prefill reply carries the prefill worker's meta_info (the native router drains it). The
+prefill workers' radix caches are flushed before each measurement; "warm" first sends the
+router's own warm-up (`Deployment.warmup`: /generate to the fake bootstrap host, or
+/prefill_only) of the prompt without its last `--tail` tokens, as a successor's final request
+adds its template's tail.
 Raw meta_info (first and last streamed chunk, the prefill reply) and client wall clocks (Unix
 seconds, the clock of SGLang's timestamps) go into every row, for the PD-path breakdown.
 
@@ -22,6 +23,7 @@ import argparse
 import asyncio
 import json
 import random
+import signal
 import statistics
 import sys
 import time
@@ -146,12 +148,10 @@ class Bench:
     output_len: int
     tail: int
 
-    @property
-    def cache_urls(self) -> list[str]:
-        return [*self.dep.spec.prefill_urls, *self.dep.spec.decode_urls]
-
     async def flush_all(self) -> None:
-        for url in self.cache_urls:
+        """Empty every prefill worker's radix cache (a PD decode worker keeps none, as in
+        SGLang: its KV arrives with each request)."""
+        for url in self.dep.spec.prefill_urls:
             await flush(self.session, url)
 
     async def warm(self, prompt: list[int], path: str, target) -> dict:
@@ -222,14 +222,14 @@ class Bench:
 
 
 async def run(
-    cluster: ClusterSpec, model: str, a: argparse.Namespace, vocab: int, sink
-) -> list[dict]:
+    cluster: ClusterSpec, model: str, a: argparse.Namespace, vocab: int, sink, rows: list[dict]
+) -> None:
+    """Measure into `rows` (and `sink`, a line each), so an interrupted run keeps its rows."""
     from tqdm import tqdm
 
     from router.context import RouterContext
 
     rng = random.Random(a.seed)
-    rows: list[dict] = []
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1800)) as session:
         dep = RouterContext(cluster, session, seed=a.seed).deployments[model]
         bench = Bench(dep, session, a.output_len, a.tail)
@@ -258,7 +258,6 @@ async def run(
                         sink.flush()
                         bar.set_postfix(L=length, c=cond, p=path, ms=f"{1e3 * row['ttft_s']:.1f}")
                         bar.update()
-    return rows
 
 
 def pick_model(cluster: ClusterSpec, model: str | None, where: str) -> str:
@@ -282,13 +281,18 @@ def report(summary: list[dict], meta: dict) -> str:
             (
                 f"TTFT through the PD path of model `{meta['model']}` ({meta['backend']}, "
                 f"{meta['device']}), warm-up verb `{meta['warmup_verb']}`, medians of "
-                f"{meta['reps']} repetitions, cold and warm interleaved, every cache flushed before "
-                f"each request; warm = warm-up of the prompt without its last {meta['tail']} "
-                f"tokens. `router`: through the native sglang-router; `dual`: the shell router's "
-                "successor path (prefill and decode worker addressed directly). Cached tokens: the "
-                "prefill worker's count on `dual`, decode's on `router`."
+                f"{meta['reps']} repetitions, cold and warm interleaved, the prefill caches "
+                "flushed before each request; warm = warm-up of the prompt without its last "
+                f"{meta['tail']} tokens. `router`: through the native sglang-router; `dual`: the "
+                "shell router's successor path (prefill and decode worker addressed directly). "
+                "Cached tokens: the prefill worker's count on `dual`, decode's on `router`."
             ),
             "",
+            *(
+                ["**Interrupted**: the rows measured before the stop.", ""]
+                if meta["interrupted"]
+                else []
+            ),
             format_table(summary),
             "",
             provenance(meta),
@@ -342,7 +346,10 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     bench = BenchRun("experiments.bench_ttft", argv if argv is not None else sys.argv[1:])
-    stack = None
+    stack, rows, interrupted = None, [], False
+    # SIGTERM (a `timeout`) stops it as Ctrl-C does: the deployment goes down, the rows so far
+    # are summarized (as launch/cli.py does for moa-pd).
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
     try:
         if a.config:
             from launch.commands import bring_up, make_stack
@@ -368,18 +375,21 @@ def main(argv: list[str] | None = None) -> int:
         if vocab <= LOW_TOKEN_ID:
             raise BenchError(f"model {model}'s vocabulary ({vocab}) is too small for the prompts")
         with open(out / "rows.jsonl", "w") as sink:
-            rows = asyncio.run(run(cluster, model, a, vocab, sink))
+            asyncio.run(run(cluster, model, a, vocab, sink, rows))
     except (BenchError, LaunchError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print(f"interrupted; rows so far are in {out / 'rows.jsonl'}", file=sys.stderr)
-        return 130
+        interrupted = True
     finally:
         if stack is not None:
             stack.down()
+    if not rows:
+        return 130 if interrupted else 1
     summary = summarize(rows)
     meta = bench.meta(
+        interrupted=interrupted,
         model=model,
         backend=backend,
         device=device_name(),
@@ -394,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report(summary, meta)
     (out / "ttft.md").write_text(text)
     print(text)
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":
