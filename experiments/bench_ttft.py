@@ -36,7 +36,8 @@ import aiohttp
 from experiments.bench_meta import BenchRun, device_name, provenance
 from experiments.microbench import LOW_TOKEN_ID, BenchError, flush
 from router.cluster import ClusterSpec, load_cluster
-from router.pd import Deployment
+from router.pd import Deployment, PrefillTarget
+from router.sglang_client import WorkerError
 from sglang_ext import protocol as P
 
 CONDITIONS = ("cold", "warm")
@@ -154,22 +155,24 @@ class Bench:
         for url in self.dep.spec.prefill_urls:
             await flush(self.session, url)
 
-    async def warm(self, prompt: list[int], path: str, target) -> dict:
+    async def warm(self, prompt: list[int], path: str, target: PrefillTarget) -> dict:
         """The router's warm-up of the prompt minus its tail: to the dual path's pinned prefill
         worker, or to every prefill worker when the native router picks one itself."""
         prefix = prompt[: max(1, len(prompt) - self.tail)]
-        targets = [target] if path == "dual" else self._all_targets()
+        spec = self.dep.spec
+        targets = (
+            [target]
+            if path == "dual"
+            else [
+                PrefillTarget(i, url, spec.bootstrap_port(i), 0, spec.prefill_dp_size)
+                for i, url in enumerate(spec.prefill_urls)
+            ]
+        )
         metas = []
         for t in targets:
             rid = f"{P.WARMUP_RID_PREFIX}{uuid.uuid4().hex}"
             metas.append(await self.dep.warmup(t, prefix, rid))
         return {"warmup_tokens": len(prefix), "warmup_meta": metas}
-
-    def _all_targets(self) -> list:
-        picked = [self.dep.pick_prefill() for _ in self.dep.spec.prefill_urls]
-        for t in picked:
-            self.dep.unpin(t)
-        return picked
 
     async def one(self, prompt: list[int], condition: str, path: str) -> dict:
         """One request: flush, warm up if asked, then time send → first token → last chunk."""
@@ -376,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BenchError(f"model {model}'s vocabulary ({vocab}) is too small for the prompts")
         with open(out / "rows.jsonl", "w") as sink:
             asyncio.run(run(cluster, model, a, vocab, sink, rows))
-    except (BenchError, LaunchError, ValueError) as e:
+    except (BenchError, LaunchError, WorkerError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -99,3 +99,48 @@ def test_device_name_is_the_gpu_when_nvidia_smi_answers(tmp_path, monkeypatch):
     assert device_name() == "1x NVIDIA H200 (143771 MiB)"
     monkeypatch.setenv("PATH", "/nonexistent")
     assert device_name().startswith("CPU")
+
+
+def test_bench_against_a_running_pd_pair_times_both_paths_and_hits_the_warmup(stack, tmp_path):
+    """The whole benchmark against the session's real PD pair (reference engine, page size 4)
+    behind the real sglang-router: every (condition, path) row, cold requests find nothing
+    cached, warm ones find the warm-up's whole-page prefix, raw meta_info kept."""
+    import json
+
+    from experiments.bench_ttft import main
+
+    cluster = {
+        "backend": "torch",
+        "models": {
+            "smollm2": {
+                "router_url": stack.router.url,
+                "prefill_urls": [stack.prefill.url],
+                "decode_urls": [stack.decode.url],
+                "bootstrap_ports": [stack.prefill.bootstrap_port],
+                "model_path": stack.model_dir,
+                "tokenizer_path": stack.model_dir,
+            }
+        },
+    }
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps(cluster))
+    out = tmp_path / "out"
+    argv = ["--cluster", str(path), "--lengths", "40", "--reps", "2", "--tail", "10"]
+    assert main([*argv, "--output-len", "2", "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in (out / "rows.jsonl").read_text().splitlines()]
+    assert sorted((r["rep"], r["condition"], r["path"]) for r in rows) == sorted(
+        (rep, c, p) for rep in (0, 1) for c in ("cold", "warm") for p in ("router", "dual")
+    )
+    for r in rows:
+        assert r["ttft_s"] > 0 and r["latency_s"] >= r["ttft_s"]
+        assert r["meta_last"]["completion_tokens"] == 2
+        if r["condition"] == "cold":
+            assert r["cached_tokens"] == 0 and r["warmup_tokens"] == 0
+        else:
+            assert r["warmup_tokens"] == 30 and r["cached_tokens"] == 28  # whole pages of 4
+        if r["path"] == "dual":
+            assert r["prefill_meta"]["prompt_tokens"] == 40 and r["prefill_reply_s"] > 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert [(s["path"], s["n"]) for s in summary["summary"]] == [("router", 2), ("dual", 2)]
+    assert summary["meta"]["device"].startswith("CPU") and summary["meta"]["model"] == "smollm2"
+    assert "| dual | 40 | 2 |" in (out / "ttft.md").read_text()
