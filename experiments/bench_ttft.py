@@ -10,8 +10,10 @@ prefill workers' radix caches are flushed before each measurement; "warm" first 
 router's own warm-up (`Deployment.warmup`: /generate to the fake bootstrap host, or
 /prefill_only) of the prompt without its last `--tail` tokens, as a successor's final request
 adds its template's tail.
-Raw meta_info (first and last streamed chunk, the prefill reply) and client wall clocks (Unix
-seconds, the clock of SGLang's timestamps) go into every row, for the PD-path breakdown.
+Raw meta_info (first and last streamed chunk, the prefill reply), its numbers as `worker_timing`
+("prefill.KEY", "decode.KEY") and client wall clocks (Unix seconds, the clock of SGLang's
+timestamps: `sent_unix`, `first_token_unix`) go into every row, for the PD-path breakdown (SGLang
+reports the timings with --enable-metrics only).
 
     python -m experiments.bench_ttft --config tree_3_1_cpu --lengths 64,256 --reps 3 --out D
     python -m experiments.bench_ttft --cluster D/cluster.json --model NAME --out D2
@@ -141,6 +143,19 @@ def prompt_vocab(model_path: str, tokenizer_path: str) -> int:
     return min(sizes)
 
 
+def worker_timing(prefill: dict, decode_first: dict, decode_last: dict) -> dict[str, float]:
+    """Every numeric meta_info value as "prefill.KEY" / "decode.KEY" (decode's first chunk wins:
+    it carries the first token's own times), the shape of an agent trace's worker_timing, so a
+    PD-path breakdown of agent traces applies to these rows with sent_unix as the time origin."""
+    decode = {**decode_last, **decode_first}
+    return {
+        f"{side}.{k}": float(v)
+        for side, meta in (("prefill", prefill), ("decode", decode))
+        for k, v in meta.items()
+        if isinstance(v, (int, float)) and not isinstance(v, bool)
+    }
+
+
 # --- the measurements -----------------------------------------------------------------------------
 @dataclass(slots=True)
 class Bench:
@@ -221,6 +236,7 @@ class Bench:
             "meta_first": first_meta,
             "meta_last": last_meta,
             "prefill_meta": dict(prefill_meta),
+            "worker_timing": worker_timing(prefill_meta, first_meta, last_meta),
         }
 
 
@@ -379,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             raise BenchError(f"model {model}'s vocabulary ({vocab}) is too small for the prompts")
         with open(out / "rows.jsonl", "w") as sink:
             asyncio.run(run(cluster, model, a, vocab, sink, rows))
-    except (BenchError, LaunchError, WorkerError, ValueError) as e:
+    except (BenchError, LaunchError, WorkerError, aiohttp.ClientError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
@@ -402,6 +418,10 @@ def main(argv: list[str] | None = None) -> int:
         paths=a.paths,
         tail=a.tail,
         output_len=a.output_len,
+        # Without SGLang's --enable-metrics the workers report no timings: no breakdown then.
+        rows_with_worker_timing=sum(
+            f"decode.{P.FORWARD_ENTRY_TIME}" in r["worker_timing"] for r in rows
+        ),
     )
     (out / "summary.json").write_text(json.dumps({"meta": meta, "summary": summary}, indent=1))
     text = report(summary, meta)

@@ -16,6 +16,7 @@ from experiments.bench_ttft import (
     parse_paths,
     pick_model,
     summarize,
+    worker_timing,
 )
 from router.cluster import ClusterSpec
 
@@ -74,6 +75,21 @@ def test_summary_pairs_cold_and_warm_of_one_repetition():
     assert r["warm_cached_tokens"] == 224 and r["cold_cached_tokens"] == 0
     table = format_table(s)
     assert "| router | 256 | 2 | 55.0 | 35.0 | 20.0 | 0.650 | 224 / 0 |" in table
+
+
+def test_worker_timing_prefixes_the_numbers_of_both_sides():
+    t = worker_timing(
+        {"queue_time": 0.01, "forward_entry_time": 100.0, "id": "r", "finish_reason": None},
+        {"response_sent_to_client_ts": 100.5, "cached_tokens": 0},
+        {"response_sent_to_client_ts": 101.0, "request_finished_ts": 102.0, "x": True},
+    )
+    assert t == {
+        "prefill.queue_time": 0.01,
+        "prefill.forward_entry_time": 100.0,
+        "decode.response_sent_to_client_ts": 100.5,  # the first chunk's own
+        "decode.cached_tokens": 0.0,
+        "decode.request_finished_ts": 102.0,
+    }
 
 
 def _cluster(*names):
@@ -143,4 +159,5 @@ def test_bench_against_a_running_pd_pair_times_both_paths_and_hits_the_warmup(st
     summary = json.loads((out / "summary.json").read_text())
     assert [(s["path"], s["n"]) for s in summary["summary"]] == [("router", 2), ("dual", 2)]
     assert summary["meta"]["device"].startswith("CPU") and summary["meta"]["model"] == "smollm2"
+    assert summary["meta"]["rows_with_worker_timing"] == len(rows)  # the engine reports them
     assert "| dual | 40 | 2 |" in (out / "ttft.md").read_text()
