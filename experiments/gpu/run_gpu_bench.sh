@@ -14,13 +14,19 @@
 #
 # Estimates (H200 numbers of gpu-offline.md: ~33 s per worker start with dummy weights, workers
 # sharing a GPU start in turns, the first warm-up of a prefill worker 34 s of Triton compiles):
-# install ~15-30 s per part; ttft ~3 min (2 workers, 4 lengths × 10 reps × cold/warm × 2 paths);
-# microbench ~2.5 min (2 workers, 12 prompts × 2 variants); settings ~6-7 min (6 workers ~3.5 min,
-# then N1 questions × 3 settings at concurrency 1 and N8 × 3 at 8). Each stage has a `timeout`.
+#   install   ~15-30 s per part (plus the transfer of ~60 MiB); chain the last with `&& ... project`
+#   ttft      ~3 min: 2 workers ~100 s with compiles, 4 lengths × 10 reps × cold/warm × 2 paths
+#   microbench ~2.5 min: 2 workers, 12 prompts × (incremental, pd)
+#   settings  ~6 min: 6 workers in turns ~3.5 min, N1=2 questions × #1/#2/#3 at concurrency 1,
+#             N8=8 × 3 at concurrency 8; WITH_TTFT=qwen3-8b adds the TTFT stage on this
+#             deployment's 8B model (~1 min) instead of starting a pair for it.
+# With a machine start (~1.5 min) that is ~15 min: over a 15-minute budget, drop the separate
+# ttft stage (WITH_TTFT) or setting #1 (SETTINGS=2,3). Each step has a `timeout` below 10 min.
 #
 # PROFILE=cpu rehearses every stage on a machine without a GPU: the reference engine, SmolLM2 or
 # the tiny CPU configs, short lengths, few samples (PYTHON=.venv/bin/python). Knobs (env): SITE,
-# OUT, PYTHON, LENGTHS, REPS, MB_PROMPTS, MB_MAX_LEN, TREE, DENSE, FIT_MAP, SETTINGS, N1, N8, C8.
+# OUT, PYTHON, LENGTHS, REPS, MB_PROMPTS, MB_MAX_LEN, TREE, DENSE, FIT_MAP, SETTINGS, N1, N8, C8,
+# WITH_TTFT.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -60,6 +66,7 @@ elif [[ $PROFILE == cpu ]]; then
     DENSE=${DENSE:-all_to_all_9_9_1_cpu}
     FIT_MAP=${FIT_MAP-}
     N1=${N1:-1} N8=${N8:-2} C8=${C8:-2}
+    STAGE_S=${STAGE_S:-3000} TIME_SCALE=${TIME_SCALE:-5}
 else
     echo "error: PROFILE=$PROFILE; use gpu (default) or cpu (the rehearsal)" >&2
     exit 2
@@ -67,6 +74,15 @@ fi
 SETTINGS=${SETTINGS:-1,2,3}
 
 moa() { "$PYTHON" -m launch.cli "$@"; }
+
+# Seconds a step may take: its own cap, but never past the stage's deadline (STAGE_S, under the
+# device's 10-minute limit per command) less 30 s to stop the deployment and copy the results.
+# TIME_SCALE stretches every cap (the CPU rehearsal runs on a few shared cores).
+STAGE_S=${STAGE_S:-570}
+cap() {
+    local want=$(($1 * ${TIME_SCALE:-1})) left=$((STAGE_S - SECONDS - 30))
+    ((left < want)) && echo $((left > 10 ? left : 10)) || echo "$want"
+}
 
 # A stage's files go flat into $OUT (at most 8 files come back, two folders deep at most).
 collect() {
@@ -138,7 +154,7 @@ EOF
 stage_ttft() {
     local dir=$WORK/ttft
     rm -rf "$dir"
-    timeout 560 "$PYTHON" -m experiments.bench_ttft --config "$TTFT_CONFIG" --backend "$BACKEND" \
+    timeout "$(cap 560)" "$PYTHON" -m experiments.bench_ttft --config "$TTFT_CONFIG" --backend "$BACKEND" \
         --lengths "$LENGTHS" --reps "$REPS" --out "$dir" || status=$?
     collect ttft "$dir" ttft.md summary.json rows.jsonl
     archive ttft_logs.tgz "$dir"
@@ -149,7 +165,7 @@ stage_ttft() {
 stage_microbench() {
     local dir=$WORK/microbench
     rm -rf "$dir"
-    timeout 560 "$PYTHON" -m launch.cli microbench --backend "$BACKEND" --model-path "$MB_MODEL" \
+    timeout "$(cap 560)" "$PYTHON" -m launch.cli microbench --backend "$BACKEND" --model-path "$MB_MODEL" \
         --variants incremental,pd --num-prompts "$MB_PROMPTS" --max-len "$MB_MAX_LEN" \
         --output-len 32 --out "$dir" | tee "$dir.txt" || status=$?
     cp "$dir.txt" "$OUT/microbench_table.txt" 2>/dev/null || true
@@ -170,23 +186,35 @@ stage_settings() {
     local dense_args=()
     [[ $SETTINGS == *1* ]] && dense_args=(--config "$dense")
     # One deployment for both concurrencies: its start is most of this stage's time.
-    timeout 300 "$PYTHON" -m launch.cli up --config "$tree" "${dense_args[@]}" --backend "$BACKEND" \
+    timeout "$(cap 330)" "$PYTHON" -m launch.cli up --config "$tree" "${dense_args[@]}" --backend "$BACKEND" \
         --run-dir "$dir/deploy" --detach || { archive settings_logs.tgz "$dir"; return 1; }
     local status=0 c n
     for c in 1 "$C8"; do
         n=$([[ $c == 1 ]] && echo "$N1" || echo "$N8")
         local run_dense=()
         [[ $SETTINGS == *1* ]] && run_dense=(--dense-config "$dense")
-        timeout 240 "$PYTHON" -m launch.cli run --config "$tree" "${run_dense[@]}" --dataset gsm8k \
+        timeout "$(cap 200)" "$PYTHON" -m launch.cli run --config "$tree" "${run_dense[@]}" --dataset gsm8k \
             --num-samples "$n" --concurrency "$c" --settings "$SETTINGS" \
             --cluster "$dir/deploy/cluster.json" --out "$dir/c$c" 2>&1 | tee "$dir/c$c.txt" ||
             status=$?
     done
+    if [[ -n ${WITH_TTFT:-} ]]; then
+        # TTFT on this deployment's 8B-shaped model: no second start (~100 s of device time),
+        # at the price of sharing the GPU with the other (idle) workers.
+        timeout "$(cap 240)" "$PYTHON" -m experiments.bench_ttft --cluster "$dir/deploy/cluster.json" \
+            --model "$WITH_TTFT" --lengths "$LENGTHS" --reps "$REPS" --out "$dir/ttft" ||
+            status=$?
+        cp "$dir/ttft/ttft.md" "$OUT/settings_ttft.md" 2>/dev/null && cat "$dir/ttft/ttft.md"
+        cp "$dir/ttft/rows.jsonl" "$OUT/settings_ttft_rows.jsonl" 2>/dev/null || true
+    fi
     moa down --run-dir "$dir/deploy" || true
     for c in 1 "$C8"; do
         cp "$dir/c$c.txt" "$OUT/settings_c${c}_table.txt" 2>/dev/null || true
-        collect "settings_c$c" "$dir/c$c" summary.json results.jsonl
+        collect "settings_c$c" "$dir/c$c" summary.json
     done
+    # results.jsonl of both runs in one archive with the logs (8 files come back at most).
+    tar -czf "$OUT/settings_results.tgz" -C "$dir" $(cd "$dir" && ls -d c*/results.jsonl 2>/dev/null) \
+        2>/dev/null || true
     archive settings_logs.tgz "$dir"
     return "$status"
 }
@@ -194,7 +222,7 @@ stage_settings() {
 stage=${1:-}
 shift || true
 echo "== stage $stage ($PROFILE, $($PYTHON -V 2>&1), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo no GPU))"
-t0=$SECONDS
+SECONDS=0
 case $stage in
     install) stage_install "$@" ;;
     project) stage_project ;;
@@ -206,4 +234,4 @@ case $stage in
         exit 2
         ;;
 esac
-echo "== stage $stage done in $((SECONDS - t0)) s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
+echo "== stage $stage done in $SECONDS s; files in $OUT: $(ls "$OUT" | tr '\n' ' ')"
