@@ -121,11 +121,11 @@ def build(args: argparse.Namespace) -> list[Path]:
         run(download_argv(torch, args.python, args.glibc, out, pip, deps=True))
     run(download_argv(wheels, args.python, args.glibc, out, pip))
     if not args.no_project:
-        egg = REPO / "moa_pd.egg-info"
-        had_egg = egg.exists()
+        # setuptools builds in the tree: leave it as it was.
+        leftovers = [p for p in (REPO / "moa_pd.egg-info", REPO / "build") if not p.exists()]
         run([*pip, "wheel", "--no-deps", "--wheel-dir", str(out), str(REPO)])
-        if not had_egg:  # setuptools builds in the tree: leave it as it was
-            shutil.rmtree(egg, ignore_errors=True)
+        for path in leftovers:
+            shutil.rmtree(path, ignore_errors=True)
     if args.trim:
         for wheel in sorted(out.glob("*.whl")):
             patterns = rel.get("trim", {}).get(dist_key(wheel))
