@@ -10,6 +10,7 @@ from rich.console import Console
 
 from launch.procs import LaunchError
 from launch.stack import Stack, down_run_dir
+from router.api_key import ENV_VAR, KEY_FILE, key_from_env
 from router.config_loader import load_config, load_configs_by_name, resolve_config_path
 
 console = Console(stderr=True)
@@ -26,6 +27,7 @@ def make_stack(
     host: str,
     pin_cpus: bool = False,
     warmup_verb: str = "generate",
+    api_key: str | None = None,
 ) -> Stack:
     paths = [str(resolve_config_path(c)) for c in config_names]
     configs = [load_config(p) for p in paths]
@@ -57,6 +59,7 @@ def make_stack(
         pin_cpus=pin_cpus,
         sglang_cpu=sglang_cpu,
         warmup_verb=warmup_verb,
+        api_key=api_key,
     )
 
 
@@ -81,6 +84,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
         args.host,
         args.pin_cpus,
         args.warmup_verb,
+        args.api_key or key_from_env(),
     )
     stack.die_with_parent = not args.detach
     try:
@@ -124,6 +128,9 @@ def _cmd_down(args: argparse.Namespace) -> int:
     except LaunchError as e:
         console.print(f"[red]error:[/red] {e}")
         return 2
+    if not names:
+        console.print(f"nothing is running in {args.run_dir}: its deployment was stopped already")
+        return 0
     console.print(f"stopped {len(names)} processes: {', '.join(names)}")
     return 0
 
@@ -139,6 +146,12 @@ def register(sub) -> None:
     p.add_argument("--backend", choices=["torch", "sglang"], default="torch")
     p.add_argument("--run-dir", help="where cluster.json and logs go (default runs/<time>)")
     p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--api-key",
+        help="require this key as `Authorization: Bearer KEY` on every shell-router route but "
+        f"/health; kept in RUN_DIR/{KEY_FILE} (mode 0600). Prefer {ENV_VAR}: a command line is "
+        "visible in ps",
+    )
     p.add_argument(
         "--warmup-verb",
         choices=["generate", "prefill_only"],

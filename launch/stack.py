@@ -25,7 +25,9 @@ from launch.procs import (
     wait_healthy,
     write_pidfile,
 )
+from launch.run_dir import claim, mark_stopped, processes_to_stop
 from launch.worker_cmd import router_argv, worker_argv
+from router.api_key import KEY_FILE, write_key_file
 from router.config import ModelSpec, TopologyConfig
 from sglang_ext.sglang_backend import cpu
 
@@ -112,6 +114,7 @@ class Stack:
         pin_cpus: bool = False,
         sglang_cpu: bool = False,
         warmup_verb: str = "generate",
+        api_key: str | None = None,
     ):
         self.configs, self.config_paths = configs, config_paths
         self.backend, self.run_dir, self.host = backend, Path(run_dir), host
@@ -125,6 +128,9 @@ class Stack:
         # How the shell router sends warm-ups (router/cluster.py): SGLang's /generate with the
         # fake bootstrap host, or our /prefill_only verb (both backends serve it).
         self.warmup_verb = warmup_verb
+        # The shell router's key (router/api_key.py): it travels in RUN_DIR/api_key (0600).
+        self.api_key = api_key
+        self._claim = None  # the run folder's lock while this stack owns it (launch/run_dir.py)
         self.procs: list[Proc] = []
         # Children get SIGTERM if this process dies (kill -9 too); `moa-pd up --detach` clears it.
         self.die_with_parent = True
@@ -237,6 +243,8 @@ class Stack:
         ]
         for path in self.config_paths:
             argv += ["--config", path]
+        if self.api_key:
+            argv += ["--api-key-file", str(self.key_path)]
         return ProcSpec(
             "shell_router",
             argv,
@@ -249,6 +257,10 @@ class Stack:
     def cluster_path(self) -> Path:
         return self.run_dir / "cluster.json"
 
+    @property
+    def key_path(self) -> Path:
+        return (self.run_dir / KEY_FILE).resolve()
+
     def cluster(self) -> dict:
         return {
             "backend": self.backend,
@@ -260,6 +272,7 @@ class Stack:
             "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
             "warmup_verb": self.warmup_verb,
             "configs": self.config_paths,
+            **({"api_key_file": str(self.key_path)} if self.api_key else {}),
             **(
                 {"timeouts": {"health_probe_s": SGLANG_HEALTH_PROBE_S}}
                 if self.backend == "sglang"
@@ -283,6 +296,10 @@ class Stack:
     def up(self, on_ready=None) -> dict:
         """Start everything in dependency order; on any failure stop what started, then raise."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        # A live deployment in this folder is refused, a dead one's folder taken over.
+        self._claim = claim(self.run_dir)
+        if self.api_key:
+            write_key_file(self.key_path, self.api_key)
         self.plan()
         try:
             for phase in (self.worker_specs(), self.router_specs()):
@@ -315,9 +332,10 @@ class Stack:
     def down(self) -> None:
         stop_groups([p.pid for p in reversed(self.procs)])
         self.procs.clear()
-        pidfile = self.run_dir / "processes.json"
-        if pidfile.exists():
-            pidfile.unlink()
+        if self._claim is not None:  # never touch a folder another deployment owns
+            mark_stopped(self.run_dir)
+            self._claim.close()
+            self._claim = None
 
     def __enter__(self) -> Self:
         self.up()
@@ -328,18 +346,10 @@ class Stack:
 
 
 def down_run_dir(run_dir: Path) -> list[str]:
-    """Stop the processes a detached `moa-pd up` recorded in run_dir; returns their names."""
-    pidfile = Path(run_dir) / "processes.json"
-    if not pidfile.exists():
-        raise LaunchError(f"{pidfile} not found: nothing was started with --run-dir {run_dir}")
-    rows = json.loads(pidfile.read_text())
-    # A pid can be reused: signal it only if it is still the process we started.
-    stop_groups(
-        [
-            row["pid"]
-            for row in reversed(rows)
-            if process_start_ticks(row["pid"]) == row.get("start_ticks")
-        ]
-    )
-    pidfile.unlink()
+    """Stop the processes a detached `moa-pd up` recorded in run_dir that still run (a reused
+    pid is left alone); returns their names, none when the deployment was stopped already.
+    LaunchError for a folder no deployment ran in."""
+    rows = processes_to_stop(Path(run_dir))
+    stop_groups([row["pid"] for row in reversed(rows)])
+    mark_stopped(Path(run_dir))
     return [r["name"] for r in rows]
