@@ -13,9 +13,11 @@ from aiohttp import web
 from sglang_ext import protocol as P
 
 # Internal addresses a message may carry (a worker's error text, an aiohttp exception): URLs,
-# IPv4 addresses and localhost, each with an optional port, and aiohttp's "host H:P".
+# IPv4 addresses and localhost, each with an optional port, aiohttp's "host H:P" and a socket
+# address tuple ('H', P).
 _ADDRESS = re.compile(
-    r"\b[a-z][a-z0-9+.-]*://[^\s'\"<>)\]]+"
+    r"\('[^']*', \d+\)"
+    r"|\b[a-z][a-z0-9+.-]*://[^\s'\"<>)\]]+"
     r"|\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b"
     r"|\blocalhost(?::\d+)?\b"
     r"|(?<=host )[\w.-]+:\d+",
