@@ -77,6 +77,9 @@ def bring_up(stack: Stack) -> dict:
 
 
 def _cmd_up(args: argparse.Namespace) -> int:
+    if args.api_key is not None and not args.api_key.strip():
+        console.print("[red]error:[/red] --api-key is empty; give a key or leave the flag out")
+        return 2
     stack = make_stack(
         args.config,
         args.backend,
