@@ -11,6 +11,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from launch.procs import descendant_pids, port_in_use, process_start_ticks
+from launch.run_dir import recorded  # noqa: F401 - the tests' view of processes.json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -44,12 +45,6 @@ def assert_ran_once_each(out: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     settings = [(s["setting"], s["n"], s["errors"]) for s in summary["settings"]]
     assert settings == [(2, 2, 0), (3, 2, 0)]
-
-
-def recorded(run_dir: Path) -> list[dict]:
-    """The processes a deployment recorded in RUN_DIR/processes.json (name, pid, start_ticks)."""
-    path = run_dir / "processes.json"
-    return json.loads(path.read_text()) if path.exists() else []
 
 
 def group_members(pgid: int) -> list[int]:
