@@ -237,16 +237,16 @@ class Session:
             outcome = "bypassed"
         except Exception as e:  # noqa: BLE001 - any failure ends this agent, named in its error
             message = str(e) if isinstance(e, PrecursorFailed) else f"{type(e).__name__}: {e}"
+            where = ""
             if isinstance(e, WorkerError):
-                log.warning("session %s agent %s: %s (%s)", self.id, agent_id, e, e.url)
-                message = f"agent '{agent_id}' (model {trace.model}): {e}"
-            if isinstance(e, WorkerError) and e.refused:
-                self.refused.add(agent_id)
-                message = (
-                    f"agent '{agent_id}' (model {trace.model}): the worker refused its "
-                    f"{e.stage} request (HTTP {e.status}): {e.reason}"
-                )
-            log.warning("session %s agent %s failed: %s", self.id, agent_id, message)
+                # The client reads the agent and the cause; the worker's URL goes to the log only.
+                what = str(e)
+                if e.refused:
+                    self.refused.add(agent_id)
+                    what = f"the worker refused its {e.stage} request (HTTP {e.status}): {e.reason}"
+                message = f"agent '{agent_id}' (model {trace.model}): {what}"
+                where = f" ({e.url})"
+            log.warning("session %s agent %s failed: %s%s", self.id, agent_id, message, where)
             trace.error = message
             self.apc.fail(agent_id, message)
         finally:

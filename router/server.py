@@ -12,7 +12,7 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from router.api_errors import error_response, internal_addresses, sse_error
+from router.api_errors import error_body, error_response, internal_addresses, scrub, sse_error
 from router.api_key import require_key
 from router.api_request import (
     ADDRESSES,
@@ -192,10 +192,9 @@ async def run_graph(request: web.Request) -> web.Response:
     try:
         result = await session.run_all()
     except AgentFailed as e:
-        reply = error_response(e.status, str(e), request.app[ADDRESSES])
         return web.json_response(
             {
-                **json.loads(reply.body),
+                **error_body(e.status, scrub(str(e), request.app[ADDRESSES])),
                 "trace": session.trace(),
                 "early_exit": session.early_exit,
                 "started_at": session.clock.wall_t0,
@@ -299,11 +298,7 @@ def _agent_reply(request: web.Request, session: Session, agent_id: str) -> web.R
             P.TEXT: trace["text"],
             P.OUTPUT_IDS: trace["output_ids"],
             "trace": trace,
-            **(
-                json.loads(error_response(status, trace["error"], hidden).body)
-                if status != 200
-                else {}
-            ),
+            **(error_body(status, scrub(trace["error"], hidden)) if status != 200 else {}),
         },
         status=status,
     )

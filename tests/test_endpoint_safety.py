@@ -170,6 +170,9 @@ async def test_a_worker_refusal_is_400_without_internal_addresses(
         assert "127.0.0.1" not in text and "http://" not in text, text
         r = await client.post("/v1/moa/run", json={"question": "q", "config": cfg.name})
         assert r.status == 400 and "127.0.0.1" not in (await r.json())["message"]
+        agent = {"session_id": "s1", "config": cfg.name, "question": "q", "agent": "leaf_0_1"}
+        r = await client.post("/v1/moa/agent", json={**agent, "stream": False})
+        assert r.status == 400 and "127.0.0.1" not in await r.text(), await r.text()
     finally:
         await client.close()
         await cluster.close()
