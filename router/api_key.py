@@ -64,18 +64,24 @@ def auth_headers(key: str | None) -> dict[str, str]:
     return {"Authorization": f"Bearer {key}"} if key else {}
 
 
+def has_key(request: web.Request, key: str | None) -> bool:
+    """Whether `request` carries `Authorization: Bearer <key>` (True when there is no key).
+    Compared in constant time."""
+    if key is None:
+        return True
+    scheme, _, given = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), key.encode())
+
+
 def require_key(key: str):
     """aiohttp middleware: 401 (OpenAI's `invalid_api_key`) for a request to any route but
-    /health without `Authorization: Bearer <key>`. Compared in constant time."""
-    expected = key.encode()
+    /health without `Authorization: Bearer <key>`."""
 
     @web.middleware
     async def _require_key(request: web.Request, handler) -> web.StreamResponse:
-        if request.path in OPEN_PATHS:
+        if request.path in OPEN_PATHS or has_key(request, key):
             return await handler(request)
-        scheme, _, given = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), expected):
-            return await handler(request)
+        given = request.headers.get("Authorization", "").partition(" ")[2]
         message = (
             "invalid API key" if given else "this router needs an API key"
         ) + "; send the header 'Authorization: Bearer <key>' (the key given to `moa-pd up`)"

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Callable
 from aiohttp import web
 
 from router.api_errors import error_body, error_response, internal_addresses, scrub, sse_error
-from router.api_key import require_key
+from router.api_key import has_key, require_key
 from router.api_request import (
     ADDRESSES,
     CONFIGS,
@@ -46,6 +46,7 @@ from sglang_ext import protocol as P
 
 log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 4 * 1024**2  # a longer body is a 413
+API_KEY = web.AppKey("api_key", object)  # str | None
 
 
 def make_app(
@@ -64,6 +65,7 @@ def make_app(
     middlewares = [_errors] + ([require_key(api_key)] if api_key else [])
     app = web.Application(middlewares=middlewares, client_max_size=client_max_size)
     app[CONFIGS] = ServedConfigs(configs)
+    app[API_KEY] = api_key or None
     app[HOOK] = early_exit_hook if early_exit_hook is not None else EarlyExitHooks()
     urls = [u for m in cluster.models.values() for u in (m.router_url, *m.prefill_urls)]
     urls += [u for m in cluster.models.values() for u in m.decode_urls]
@@ -150,18 +152,18 @@ def _http_message(request: web.Request, e: web.HTTPException) -> str:
 
 async def health(request: web.Request) -> web.Response:
     """200 while every process of the deployment answers; 503 "degraded" naming the ones that
-    are down (and their log files) once one is not."""
+    are down (and their log files) once one is not. Open to all (probes); behind an API key, a
+    caller without it gets the status alone, not what runs where."""
     ctx = request.app[CTX]
     down = ctx.health.status()
-    return web.json_response(
-        {
-            "status": "degraded" if down else "ok",
+    body = {"status": "degraded" if down else "ok"}
+    if has_key(request, request.app[API_KEY]):
+        body |= {
             "models": sorted(ctx.cluster.models),
             "sessions": len(request.app[STORE]),
             "down": down,
-        },
-        status=503 if down else 200,
-    )
+        }
+    return web.json_response(body, status=503 if down else 200)
 
 
 async def metrics(request: web.Request) -> web.Response:

@@ -108,8 +108,10 @@ async def test_api_key_guards_every_route_but_health(smollm_tokenizer_path):  # 
                 err = (await r.json())["error"]
                 assert err["code"] == "invalid_api_key" and KEY not in json.dumps(err)
                 assert r.headers["WWW-Authenticate"] == "Bearer"
-        assert (await client.get("/health")).status == 200
+        r = await client.get("/health")  # open to probes, but says nothing of what runs where
+        assert r.status == 200 and await r.json() == {"status": "ok"}
         ok = {"Authorization": f"Bearer {KEY}"}
+        assert (await (await client.get("/health", headers=ok)).json())["models"] == ["smollm2"]
         r = await client.post("/v1/chat/completions", json=chat, headers=ok)
         assert r.status == 200, await r.text()
     finally:
