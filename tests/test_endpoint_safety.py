@@ -188,3 +188,16 @@ def test_scrub_hides_addresses():
     out = scrub(text)
     assert "4321" not in out and "10.0.0.5" not in out and "node7" not in out
     assert "/tmp/x/logs/a.log" in out  # log paths stay: they tell an operator where to look
+
+
+def test_registrations_are_bounded(monkeypatch):
+    from router import served_configs
+    from router.served_configs import RegistrationRefused, ServedConfigs
+
+    monkeypatch.setattr(served_configs, "MAX_REGISTERED", 1)
+    cfg = tree_config()
+    served = ServedConfigs({cfg.name: cfg})
+    assert served.register(cfg.model_copy(update={"name": "a"})) is True
+    with pytest.raises(RegistrationRefused, match="restart it"):
+        served.register(cfg.model_copy(update={"name": "b"}))
+    assert served.names() == sorted([cfg.name, "a"])
