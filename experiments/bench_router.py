@@ -20,12 +20,13 @@ import asyncio
 import json
 import statistics
 import sys
-import tempfile
 import time
 import uuid
+from pathlib import Path
 
 import aiohttp
 
+from router.api_key import auth_headers, client_key
 from router.cluster import load_cluster
 from router.config import TopologyConfig
 from router.context import RouterContext
@@ -112,7 +113,9 @@ async def one_question(ctx, cfg, question, mode, pre_tokens, stagger_s) -> dict:
     }
 
 
-async def overhead_pairs(ctx, shell_url: str, model: str, n: int) -> list[float]:
+async def overhead_pairs(
+    ctx, shell_url: str, model: str, n: int, api_key: str | None = None
+) -> list[float]:
     """Paired (shell router - direct sglang-router) latency of one 1-token request."""
     dep = ctx.deployments[model]
     tok = ctx.tokenizer(model)
@@ -123,11 +126,12 @@ async def overhead_pairs(ctx, shell_url: str, model: str, n: int) -> list[float]
         "agents": [{"id": "a", "model": model, "template": "t"}],
         "sampling": {"max_new_tokens": 1, "temperature": 0.0},
     }
-    # By path, as a served config would be: the router parses it once, not per request.
-    with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as cfg_file:
-        json.dump(single, cfg_file)
     diffs = []
-    async with aiohttp.ClientSession() as http:
+    async with aiohttp.ClientSession(headers=auth_headers(api_key)) as http:
+        # Registered once, as a served config is: the router parses it once, not per request.
+        async with http.post(f"{shell_url}/v1/moa/configs", json=single) as r:
+            if r.status not in (200, 201):
+                raise RuntimeError(f"registering {single['name']}: {r.status} {await r.text()}")
 
         async def direct(q: str) -> float:
             ids = tok.encode(
@@ -149,7 +153,7 @@ async def overhead_pairs(ctx, shell_url: str, model: str, n: int) -> list[float]
                 f"{shell_url}/v1/moa/agent",
                 json={
                     "session_id": uuid.uuid4().hex,
-                    "config": cfg_file.name,
+                    "config": single["name"],
                     "question": q,
                     "agent": "a",
                     "stream": False,
@@ -192,7 +196,8 @@ async def main_async(args) -> dict:
                 rows[v].append(row)
                 print(json.dumps({"rep": rep, "variant": v, **row}), file=sys.stderr, flush=True)
         shell = args.shell_url or cluster.shell_router_url
-        diffs = await overhead_pairs(ctx, shell, model, args.overhead_n) if shell else []
+        key = client_key(json.loads(Path(args.cluster).read_text()), args.cluster)
+        diffs = await overhead_pairs(ctx, shell, model, args.overhead_n, key) if shell else []
     b = rows["blocking"]
     out = {"setup": vars(args), "medians": {}}
     for v, rs in rows.items() if args.reps else ():

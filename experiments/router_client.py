@@ -1,9 +1,15 @@
-"""The runner's view of the shell router: one aiohttp session, one call per question graph."""
+"""The runner's view of the shell router: one aiohttp session (with the deployment's API key,
+if it has one), the registration of the configs a run sends, one call per question graph."""
 
 from __future__ import annotations
 
+import hashlib
+import json
+
 import aiohttp
 from typing_extensions import Self
+
+from router.api_key import auth_headers
 
 
 class GraphRunError(RuntimeError):
@@ -11,32 +17,57 @@ class GraphRunError(RuntimeError):
 
 
 class RouterClient:
-    def __init__(self, base_url: str, timeout_s: float = 1800.0):
+    def __init__(self, base_url: str, timeout_s: float = 1800.0, api_key: str | None = None):
         self.base_url = base_url.rstrip("/")
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
+        self._headers = auth_headers(api_key)
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> Self:
-        self._session = aiohttp.ClientSession(timeout=self._timeout)
+        self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
         return self
 
     async def __aexit__(self, *exc) -> None:
         if self._session:
             await self._session.close()
 
+    async def register(self, config: dict) -> str:
+        """Have the shell router serve `config` (a topology config object); returns the name
+        to run it by: its own, or, when the router serves another config under that name (an
+        edited copy, a sweep's chunk-policy variant), the name plus a digest of its content."""
+        status, payload = await self._post("/v1/moa/configs", config)
+        if status == 409:
+            digest = hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+            config = {**config, "name": f"{config['name']}@{digest[:12]}"}
+            status, payload = await self._post("/v1/moa/configs", config)
+        if status not in (200, 201):
+            raise GraphRunError(
+                f"registering config '{config.get('name')}': shell router answered {status}: "
+                f"{_message(payload)}"
+            )
+        return config["name"]
+
+    async def _post(self, path: str, body: dict) -> tuple[int, dict | None]:
+        url = f"{self.base_url}{path}"
+        try:
+            async with self._session.post(url, json=body) as resp:
+                return resp.status, await resp.json(content_type=None)
+        except (aiohttp.ClientError, ValueError) as e:
+            raise GraphRunError(f"shell router at {url} unreachable: {e}") from None
+
     async def run_graph(
         self,
         question: str,
         question_id: str,
-        config: str | dict,
+        config: str,
         mode: str,
         early_exit: bool,
         dataset: str | None = None,
         task: str | None = None,
     ) -> dict:
         """POST the whole graph; returns {answer, agents, early_exit, e2e_s, ...}. `config` is a
-        served config's name or an inline config (setting #5's single agents). `dataset`
-        (and BBH's `task`) let the router's majority vote use that dataset's extractor."""
+        served config's name (`register` serves a config file's). `dataset` (and BBH's `task`)
+        let the router's majority vote use that dataset's extractor."""
         body = {
             "question": question,
             "question_id": question_id,
@@ -50,9 +81,7 @@ class RouterClient:
             async with self._session.post(url, json=body) as resp:
                 payload = await resp.json(content_type=None)
                 if resp.status != 200:
-                    message = (payload or {}).get("error", {})
-                    message = message.get("message") if isinstance(message, dict) else message
-                    raise GraphRunError(f"shell router answered {resp.status}: {message}")
+                    raise GraphRunError(f"shell router answered {resp.status}: {_message(payload)}")
                 return payload
         except aiohttp.ClientError as e:
             raise GraphRunError(f"shell router at {url} unreachable: {e}") from None
@@ -82,3 +111,9 @@ class RouterClient:
         async with self._session.post(url, json=body) as resp:
             await resp.read()
             return resp.status
+
+
+def _message(payload: object) -> str:
+    """The message of an error reply (OpenAI's shape)."""
+    error = (payload or {}).get("error", {}) if isinstance(payload, dict) else payload
+    return str(error.get("message") if isinstance(error, dict) else error)

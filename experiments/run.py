@@ -63,24 +63,6 @@ def config_for(spec: RunSpec, setting: Setting) -> str:
     return spec.tree_config
 
 
-def config_request(path: str, cluster: dict) -> tuple[str, str | dict]:
-    """(the config's `name`, what to send as the request's `config`). The shell router serves
-    its configs by `name`, whatever their file is called; when the deployment's own copy of
-    that name differs from this file (an edited copy, a sweep's chunk-policy variant), the file
-    goes inline instead, so the run measures exactly the config it was given."""
-    from router.config_loader import load_config, resolve_config_path
-
-    cfg = load_config(path)
-    for served_path in cluster.get("configs") or []:
-        try:
-            served = load_config(served_path)
-        except ValueError:  # moved or edited since the deployment started: cannot compare
-            continue
-        if served.name == cfg.name and served != cfg:
-            return cfg.name, json.loads(resolve_config_path(path).read_text(encoding="utf-8"))
-    return cfg.name, cfg.name
-
-
 def check_votes(spec: RunSpec) -> None:
     """Refuse, before anything starts, a setting whose config votes on extracted answers (DMV
     early exit, answer-based bypass) on a dataset with no single answer (IFBench)."""
@@ -138,17 +120,17 @@ def result_row(
     }
 
 
-def variants(
-    spec: RunSpec, setting: Setting, cluster: dict | None = None
-) -> list[tuple[str | dict, str, str | None]]:
-    """What one question of `setting` runs: (config sent to the router, its name for the row,
-    single model); one entry per model for #5, else one."""
+def variants(spec: RunSpec, setting: Setting) -> list[tuple[dict, str, str | None]]:
+    """What one question of `setting` runs: (the config object the runner registers with the
+    router, its name for the row, single model); one entry per model for #5, else one. The
+    router is handed the config itself, never a path: it serves only what it was started with
+    or what was registered."""
+    from router.config_loader import load_config, resolve_config_path
+
     path = config_for(spec, setting)
     if setting.topology != "single":
-        name, ref = config_request(path, cluster or {})
-        return [(ref, name, None)]
-    from router.config_loader import load_config
-
+        raw = json.loads(resolve_config_path(path).read_text(encoding="utf-8"))
+        return [(raw, load_config(path).name, None)]
     return [
         (c.model_dump(mode="json"), c.name, m)
         for m, c in single_model_configs(load_config(path)).items()
@@ -206,10 +188,21 @@ async def flush_worker_caches(
         )
 
 
+async def register_variants(
+    client: RouterClient, spec: RunSpec, setting: Setting
+) -> list[tuple[str, str, str | None]]:
+    """`variants` with each config registered: (name the router serves it by, row name,
+    single model). GraphRunError when the router refuses one."""
+    return [
+        (await client.register(config), name, model)
+        for config, name, model in variants(spec, setting)
+    ]
+
+
 async def _run_setting(
     client: RouterClient,
     spec: RunSpec,
-    cluster: dict,
+    runs: list[tuple[str, str, str | None]],
     setting: Setting,
     questions: list[Question],
     writer,
@@ -218,7 +211,6 @@ async def _run_setting(
     done: set | frozenset = frozenset(),
 ) -> None:
     semaphore = asyncio.Semaphore(spec.concurrency)
-    runs = variants(spec, setting, cluster)
 
     async def one(q: Question) -> None:
         for config, name, model in runs:
@@ -313,6 +305,7 @@ def _update_bar(bar: tqdm, stats: dict, setting: Setting, row: dict) -> None:
 
 async def run_async(spec: RunSpec, cluster: dict) -> None:
     from experiments.results import ResultsWriter, completed_keys
+    from router.api_key import client_key
 
     questions = load_questions(spec.dataset, spec.num_samples)
     results = spec.out_dir / "results.jsonl"
@@ -325,16 +318,21 @@ async def run_async(spec: RunSpec, cluster: dict) -> None:
     total = sum(len(set(keys[(n, q.id)]) - done) for n, qs in todo.items() for q in qs)
     writer = ResultsWriter(results)
     stats: dict = {}
-    async with RouterClient(cluster["shell_router_url"]) as client:
+    key = client_key(cluster, spec.cluster_path)
+    registered: dict[int, list] = {}
+    async with RouterClient(cluster["shell_router_url"], api_key=key) as client:
         with tqdm(total=total, desc="questions x settings", unit="run") as bar:
             for setting, batch in _schedule(spec, questions, todo):
                 try:
                     await flush_worker_caches(client, cluster)
-                except FlushFailed as e:
+                    if setting.number not in registered:
+                        registered[setting.number] = await register_variants(client, spec, setting)
+                except (FlushFailed, GraphRunError) as e:
                     _record_failed(spec, setting, batch, str(e), writer, bar, stats)
                     await _stop_if_down(client, spec, f"setting {setting.number}")
                     continue
-                await _run_setting(client, spec, cluster, setting, batch, writer, bar, stats, done)
+                runs = registered[setting.number]
+                await _run_setting(client, spec, runs, setting, batch, writer, bar, stats, done)
 
 
 def _schedule(

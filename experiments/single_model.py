@@ -1,6 +1,6 @@
 """Setting #5, the single-model baseline: each model of the tree config answering alone, as one
 agent sampled as the MoA's final answer is, so a reader sees what MoA buys over its best member.
-`single_model_configs` builds one inline single-agent config per model; the runner sends them to
+`single_model_configs` builds one single-agent config per model; the runner registers them with
 the shell router like any other config (no early exit, no warm-ups: there is nothing to overlap).
 """
 

@@ -3,7 +3,10 @@ fixed concurrency through the shell router, sample the RSS of every process it s
 report each process's growth after warm-up. A leak shows as RSS that keeps climbing.
 
     python -m experiments.soak --config tree_3_1_cpu --requests 1000 --concurrency 8 \
-        --max-tokens 8 --out runs/soak
+        --max-tokens 8 --out runs/soak [--api-key]
+
+`--api-key` runs the deployment behind an API key (MOA_PD_API_KEY's, else a random one) and
+sends it with every request, as a client of an exposed endpoint does.
 
 Writes OUT/soak.json (every sample) and prints one line per process: RSS at the end of
 warm-up (the first --warmup-share of requests), at the end, and the growth in %. Every process
@@ -17,6 +20,7 @@ import argparse
 import asyncio
 import json
 import os
+import secrets
 import shlex
 import statistics
 import sys
@@ -29,6 +33,7 @@ import psutil
 from tqdm import tqdm
 
 from experiments.datasets import load_questions
+from router.api_key import auth_headers, key_from_env
 
 
 def rss_mb(pid: int) -> float | None:
@@ -82,7 +87,13 @@ class RssSampler(threading.Thread):
 
 
 async def drive(
-    url: str, model: str, n: int, concurrency: int, max_tokens: int, sampler: RssSampler
+    url: str,
+    model: str,
+    n: int,
+    concurrency: int,
+    max_tokens: int,
+    sampler: RssSampler,
+    api_key: str | None = None,
 ) -> dict:
     questions = [q.question for q in load_questions("gsm8k", min(n, 1319))]
     latencies: list[float] = []
@@ -112,7 +123,7 @@ async def drive(
             bar.set_postfix(errors=sum(errors.values()), refresh=False)
 
     timeout = aiohttp.ClientTimeout(total=600)
-    async with aiohttp.ClientSession(timeout=timeout) as session:
+    async with aiohttp.ClientSession(timeout=timeout, headers=auth_headers(api_key)) as session:
         t0 = time.perf_counter()
         await asyncio.gather(*(worker(session) for _ in range(concurrency)))
         wall = time.perf_counter() - t0
@@ -165,6 +176,11 @@ def main(argv: list[str] | None = None) -> int:
         "decoding)",
     )
     ap.add_argument("--warmup-share", type=float, default=0.1)
+    ap.add_argument(
+        "--api-key",
+        action="store_true",
+        help="require an API key (MOA_PD_API_KEY's, else a random one) and send it",
+    )
     ap.add_argument("--out", default="runs/soak")
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -176,7 +192,9 @@ def main(argv: list[str] | None = None) -> int:
     config_path = out / f"{cfg.name}.json"
     config_path.write_text(json.dumps(raw, indent=2))
     load_before = os.getloadavg()
-    with make_stack([str(config_path)], "torch", out / "deployment", "127.0.0.1") as stack:
+    key = (key_from_env() or secrets.token_urlsafe(32)) if args.api_key else None
+    stack = make_stack([str(config_path)], "torch", out / "deployment", "127.0.0.1", api_key=key)
+    with stack:
         sampler = RssSampler({p.spec.name: p.pid for p in stack.procs})
         sampler.start()
         try:
@@ -188,12 +206,14 @@ def main(argv: list[str] | None = None) -> int:
                     args.concurrency,
                     args.max_tokens,
                     sampler,
+                    key,
                 )
             )
         finally:
             sampler.stop()
     report["rss"] = growth(sampler.samples, int(args.warmup_share * args.requests))
     report["warmup_requests"] = int(args.warmup_share * args.requests)
+    report["api_key"] = bool(key)
     report["loadavg_before"], report["loadavg_after"] = load_before, os.getloadavg()
     report["command"] = shlex.join(["python", "-m", "experiments.soak", *(argv or sys.argv[1:])])
     (out / "soak.json").write_text(json.dumps({**report, "samples": sampler.samples}, indent=1))

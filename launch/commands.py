@@ -12,6 +12,7 @@ from launch.procs import LaunchError
 from launch.stack import Stack, down_run_dir
 from planning.commands import PlacementOptions, add_placement_args, placement_for, print_placement
 from planning.pool_need import pool_needs
+from router.api_key import ENV_VAR, KEY_FILE, key_from_env
 from router.config_loader import load_config, load_configs_by_name, resolve_config_path
 
 console = Console(stderr=True)
@@ -29,6 +30,7 @@ def make_stack(
     pin_cpus: bool = False,
     warmup_verb: str = "generate",
     placement: PlacementOptions | None = None,
+    api_key: str | None = None,
 ) -> Stack:
     """A Stack for the configs; for SGLang on GPUs, with its placement (planning/), which
     refuses a deployment that does not fit before anything starts."""
@@ -61,6 +63,7 @@ def make_stack(
         warmup_verb=warmup_verb,
         pool_needs=pool_needs(configs, opts.concurrency, opts.question_tokens),
         concurrency=opts.concurrency,
+        api_key=api_key,
     )
 
 
@@ -83,6 +86,9 @@ def _cmd_up(args: argparse.Namespace) -> int:
             "[red]error:[/red] --gpu-memory plans for GPUs that are not here: add --dry-run"
         )
         return 2
+    if args.api_key is not None and not args.api_key.strip():
+        console.print("[red]error:[/red] --api-key is empty; give a key or leave the flag out")
+        return 2
     try:
         stack = make_stack(
             args.config,
@@ -92,6 +98,7 @@ def _cmd_up(args: argparse.Namespace) -> int:
             args.pin_cpus,
             args.warmup_verb,
             PlacementOptions.from_args(args),
+            args.api_key or key_from_env(),
         )
     except LaunchError as e:
         console.print(f"[red]error:[/red] {e}")
@@ -144,6 +151,9 @@ def _cmd_down(args: argparse.Namespace) -> int:
     except LaunchError as e:
         console.print(f"[red]error:[/red] {e}")
         return 2
+    if not names:
+        console.print(f"nothing is running in {args.run_dir}: its deployment was stopped already")
+        return 0
     console.print(f"stopped {len(names)} processes: {', '.join(names)}")
     return 0
 
@@ -159,6 +169,12 @@ def register(sub) -> None:
     p.add_argument("--backend", choices=["torch", "sglang"], default="torch")
     p.add_argument("--run-dir", help="where cluster.json and logs go (default runs/<time>)")
     p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--api-key",
+        help="require this key as `Authorization: Bearer KEY` on every shell-router route but "
+        f"/health; kept in RUN_DIR/{KEY_FILE} (mode 0600). Prefer {ENV_VAR}: a command line is "
+        "visible in ps",
+    )
     p.add_argument(
         "--warmup-verb",
         choices=["generate", "prefill_only"],

@@ -26,8 +26,10 @@ from launch.procs import (
     wait_routable,
     write_pidfile,
 )
+from launch.run_dir import claim, mark_stopped, processes_to_stop
 from launch.worker_cmd import placement_flags, router_argv, worker_argv
 from planning.types import Placement
+from router.api_key import KEY_FILE, write_key_file
 from router.cluster import create_time
 from router.config import ModelSpec, TopologyConfig
 from sglang_ext.engine.config import DEFAULT_MAX_TOTAL_TOKENS
@@ -120,6 +122,7 @@ class Stack:
         warmup_verb: str = "generate",
         pool_needs: dict[tuple[str, str], int] | None = None,
         concurrency: int = 1,
+        api_key: str | None = None,
     ):
         self.configs, self.config_paths = configs, config_paths
         self.backend, self.run_dir, self.host = backend, Path(run_dir), host
@@ -138,6 +141,9 @@ class Stack:
         # How the shell router sends warm-ups (router/cluster.py): SGLang's /generate with the
         # fake bootstrap host, or our /prefill_only verb (both backends serve it).
         self.warmup_verb = warmup_verb
+        # The shell router's key (router/api_key.py): it travels in RUN_DIR/api_key (0600).
+        self.api_key = api_key
+        self._claim = None  # the run folder's lock while this stack owns it (launch/run_dir.py)
         self.procs: list[Proc] = []
         # Children get SIGTERM if this process dies (kill -9 too); `moa-pd up --detach` clears it.
         self.die_with_parent = True
@@ -298,6 +304,8 @@ class Stack:
         ]
         for path in self.config_paths:
             argv += ["--config", path]
+        if self.api_key:
+            argv += ["--api-key-file", str(self.key_path)]
         return ProcSpec(
             "shell_router",
             argv,
@@ -309,6 +317,10 @@ class Stack:
     @property
     def cluster_path(self) -> Path:
         return self.run_dir / "cluster.json"
+
+    @property
+    def key_path(self) -> Path:
+        return (self.run_dir / KEY_FILE).resolve()
 
     def cluster(self) -> dict:
         return {
@@ -326,6 +338,7 @@ class Stack:
             "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
             "warmup_verb": self.warmup_verb,
             "configs": self.config_paths,
+            **({"api_key_file": str(self.key_path)} if self.api_key else {}),
             **(
                 {"timeouts": {"health_probe_s": SGLANG_HEALTH_PROBE_S}}
                 if self.backend == "sglang"
@@ -361,8 +374,12 @@ class Stack:
     def up(self, on_ready=None) -> dict:
         """Start everything in dependency order; on any failure stop what started, then raise."""
         self.run_dir.mkdir(parents=True, exist_ok=True)
-        self.plan()
+        # A live deployment in this folder is refused, a dead one's folder taken over.
+        self._claim = claim(self.run_dir)
         try:
+            if self.api_key:
+                write_key_file(self.key_path, self.api_key)
+            self.plan()
             # Built when they start: the routers' command lines name the workers' ports, which
             # _start_phase may have renewed.
             for turn in self.worker_turns():
@@ -420,9 +437,10 @@ class Stack:
     def down(self) -> None:
         stop_groups([p.pid for p in reversed(self.procs)])
         self.procs.clear()
-        pidfile = self.run_dir / "processes.json"
-        if pidfile.exists():
-            pidfile.unlink()
+        if self._claim is not None:  # never touch a folder another deployment owns
+            mark_stopped(self.run_dir)
+            self._claim.close()
+            self._claim = None
 
     def __enter__(self) -> Self:
         self.up()
@@ -433,14 +451,10 @@ class Stack:
 
 
 def down_run_dir(run_dir: Path) -> list[str]:
-    """Stop the processes a detached `moa-pd up` recorded in run_dir; returns their names."""
-    pidfile = Path(run_dir) / "processes.json"
-    if not pidfile.exists():
-        raise LaunchError(f"{pidfile} not found: nothing was started with --run-dir {run_dir}")
-    rows = json.loads(pidfile.read_text())
-    # A pid can be reused: signal it only if it is still the process we started.
-    stop_groups(
-        [row["pid"] for row in reversed(rows) if create_time(row["pid"]) == row.get("create_time")]
-    )
-    pidfile.unlink()
+    """Stop the processes a detached `moa-pd up` recorded in run_dir that still run (a reused
+    pid is left alone); returns their names, none when the deployment was stopped already.
+    LaunchError for a folder no deployment ran in."""
+    rows = processes_to_stop(Path(run_dir))
+    stop_groups([row["pid"] for row in reversed(rows)])
+    mark_stopped(Path(run_dir))
     return [r["name"] for r in rows]

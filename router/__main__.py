@@ -1,5 +1,6 @@
-"""`python -m router --cluster cluster.json --config cfgs/x.json ... --host H --port N`: serve the
-shell router over the PD deployments listed in the cluster file."""
+"""`python -m router --cluster cluster.json --config cfgs/x.json ... --host H --port N
+[--api-key-file F]`: serve the shell router over the PD deployments listed in the cluster file.
+The API key comes from the file (mode 0600) or MOA_PD_API_KEY, never from the command line."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import logging
 
 from aiohttp import web
 
+from router.api_key import ENV_VAR, ApiKeyError, key_from_env, read_key_file
 from router.cluster import load_cluster
 from router.config_loader import load_configs_by_name
 from router.early_exit_hook import EarlyExitHooks
@@ -28,12 +30,21 @@ def main(argv: list[str] | None = None) -> None:
     )
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--port", type=int, default=8100)
+    ap.add_argument(
+        "--api-key-file",
+        help=f"require the key in this file as a bearer token (else {ENV_VAR}, if set)",
+    )
     ap.add_argument("--log-level", default="INFO")
     args = ap.parse_args(argv)
     logging.basicConfig(
         level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     cluster = load_cluster(args.cluster)
+    try:
+        api_key = read_key_file(args.api_key_file) if args.api_key_file else key_from_env()
+    except ApiKeyError as e:
+        log.error("%s", e)
+        raise SystemExit(2) from None
     configs = load_configs_by_name(args.config)
     # Early exit on by default. The embedding model of every served config is loaded and run once
     # now: a broken one stops the router here (and `moa-pd up` with it), not inside a question.
@@ -43,7 +54,8 @@ def main(argv: list[str] | None = None) -> None:
     except EmbedderError as e:
         log.error("cannot serve early exit: %s", e)
         raise SystemExit(2) from None
-    app = make_app(cluster, configs, early_exit_hook=hooks)
+    app = make_app(cluster, configs, early_exit_hook=hooks, api_key=api_key)
+    log.info("API key: %s", "required" if api_key else "none")
     # Cancel a handler when its client disconnects, so its agents and their worker requests stop.
     web.run_app(
         app,

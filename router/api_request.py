@@ -1,5 +1,6 @@
 """The HTTP API's shared pieces: the app's state keys and the turning of a parsed request
-(router/api_schema.py) into a config and a Session. Used by server.py and chat_api.py."""
+(router/api_schema.py) into a served config and a Session (whose prompts fit their models).
+Used by server.py and chat_api.py."""
 
 from __future__ import annotations
 
@@ -10,17 +11,21 @@ from pydantic import BaseModel
 
 from router.api_schema import BadRequest, parse
 from router.config import TopologyConfig
-from router.config_loader import config_from_dict, load_config
 from router.context import RouterContext
 from router.orchestrator import Session
+from router.prompt_limits import check_prompts_fit
+from router.served_configs import ServedConfigs
 from router.sessions import SessionStore
 
 CTX = web.AppKey("ctx", RouterContext)
 STORE = web.AppKey("sessions", SessionStore)
-CONFIGS = web.AppKey("configs", dict)
+CONFIGS = web.AppKey("configs", ServedConfigs)
 HOOK = web.AppKey("hook", object)
+# The cluster's internal URLs, kept out of every error a client sees (api_errors.scrub).
+ADDRESSES = web.AppKey("addresses", list)
 
 __all__ = [
+    "ADDRESSES",
     "CONFIGS",
     "CTX",
     "HOOK",
@@ -48,16 +53,16 @@ async def read_request(request: web.Request, schema: type[BaseModel]) -> BaseMod
     return parse(schema, body)
 
 
-def config_of(request: web.Request, ref: str | dict) -> TopologyConfig:
-    """A served config by name, a cfgs/ file (loaded once) or an inline JSON object."""
+def config_of(request: web.Request, ref: str | dict, param: str) -> TopologyConfig:
+    """The served config named `ref` (the request's field `param`), or ModelNotFound (404).
+    A name is only looked up, never read as a path. An inline config is refused: what a router
+    runs is what it was started with or what was registered, each listed by GET /v1/models."""
     if isinstance(ref, dict):
-        return config_from_dict(ref, "<inline config>")
-    if not ref:
-        raise BadRequest("'config' must be a config name, a cfgs/ path or an inline JSON object")
-    configs = request.app[CONFIGS]
-    if ref not in configs:
-        configs[ref] = load_config(ref)
-    return configs[ref]
+        raise BadRequest(
+            f"'{param}' must name a served topology (GET /v1/models lists them), not hold a "
+            "config; register the config first with POST /v1/moa/configs, then name it"
+        )
+    return request.app[CONFIGS].get(ref, param)
 
 
 def with_final_sampling(cfg: TopologyConfig, overrides: dict) -> TopologyConfig:
@@ -92,6 +97,9 @@ def new_session(
     """A whole-graph Session, with the early-exit hook when the request (`early_exit`) or the
     config asks for it. `dataset` (and BBH's `task`) pick the answer extractor majority vote
     uses."""
+    # Before anything is sent: a question too long for an agent's model is the client's 400.
+    request.app[CTX].check_served(cfg)
+    check_prompts_fit(request.app[CTX], cfg, question)
     hook = None
     early_exit = cfg.early_exit.enabled if early_exit is None else early_exit
     if early_exit or cfg.aggregator_bypass.enabled:

@@ -104,7 +104,8 @@ class _Sampling(_Body):
 
 
 class ChatRequest(_Sampling):
-    model: str | dict = Field(description="a served topology's name, a cfgs/ path, or a config")
+    # A dict is parsed only to be refused with a message saying how to register it.
+    model: str | dict = Field(description="a served topology's name (GET /v1/models)")
     messages: list[Message] = Field(min_length=1)
 
     @property

@@ -15,7 +15,15 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from router.api_request import CONFIGS, config_of, new_session, read_request, with_final_sampling
+from router.api_errors import error_response, sse_error
+from router.api_request import (
+    ADDRESSES,
+    CONFIGS,
+    config_of,
+    new_session,
+    read_request,
+    with_final_sampling,
+)
 from router.api_schema import ChatRequest, CompletionRequest
 from router.orchestrator import AgentFailed, QuestionResult, Session
 from sglang_ext import protocol as P
@@ -61,13 +69,12 @@ async def completions(request: web.Request) -> web.StreamResponse:
 
 
 async def list_models(request: web.Request) -> web.Response:
-    """Every topology this router serves by name (configs it was started with, and cfgs/ files
-    requested since)."""
-    served = {cfg.name for cfg in request.app[CONFIGS].values()}
+    """Every topology this router serves by name (configs it was started with, and those
+    registered since)."""
     now = int(time.time())
     data = [
         {"id": name, "object": "model", "created": now, "owned_by": "moa-pd"}
-        for name in sorted(served)
+        for name in request.app[CONFIGS].names()
     ]
     return web.json_response({"object": "list", "data": data})
 
@@ -76,16 +83,16 @@ async def _complete(
     request: web.Request, body: ChatRequest | CompletionRequest, chat: bool
 ) -> web.StreamResponse:
     question = body.question
-    cfg = with_final_sampling(config_of(request, body.model), body.final_sampling())
+    cfg = with_final_sampling(config_of(request, body.model, "model"), body.final_sampling())
     session = new_session(request, cfg, question, body.moa_mode, body.early_exit)
-    model = body.model if isinstance(body.model, str) else cfg.name
+    model = cfg.name
     prefix = "chatcmpl" if chat else "cmpl"
     reply = _Reply(f"{prefix}-{uuid.uuid4().hex}", int(time.time()), model, chat)
     runner = asyncio.create_task(session.run_all())
     try:
         if body.stream:
             return await _streamed(request, session, runner, reply, body.include_usage)
-        return await _whole(runner, reply)
+        return await _whole(runner, reply, request.app[ADDRESSES])
     finally:
         if not runner.done():
             runner.cancel()
@@ -140,11 +147,11 @@ def usage(result: QuestionResult) -> tuple[dict, dict]:
     )
 
 
-async def _whole(runner: asyncio.Task, reply: _Reply) -> web.Response:
+async def _whole(runner: asyncio.Task, reply: _Reply, hidden: list[str]) -> web.Response:
     try:
         result = await runner
     except AgentFailed as e:
-        return web.json_response(P.error_body(str(e), 502), status=502)
+        return error_response(e.status, str(e), hidden)
     text = _answer(result)
     if reply.chat:
         choice = {
@@ -184,7 +191,7 @@ async def _streamed(
     try:
         result = await runner
     except AgentFailed as e:
-        await resp.write(P.sse_error(str(e), 502))
+        await resp.write(sse_error(str(e), e.status, request.app[ADDRESSES]))
     else:
         answer = _answer(result)
         if answer.startswith(shown):

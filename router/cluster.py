@@ -89,6 +89,9 @@ class ModelDeployment(_Tolerant):
     # when unknown (then a worker shares nothing as far as the warm-up gate knows).
     prefill_devices: list[str] = []
     decode_devices: list[str] = []
+    # The model's context length in tokens. None: the shell router asks a prefill worker at
+    # start (`/v1/models`' max_model_len, SGLang's own figure, --context-length included).
+    context_len: int | None = Field(default=None, gt=0)
 
     @model_validator(mode="after")
     def _ports_match(self) -> ModelDeployment:
@@ -112,6 +115,8 @@ class ModelDeployment(_Tolerant):
 class ClusterSpec(_Tolerant):
     models: dict[str, ModelDeployment]
     shell_router_url: str | None = None
+    # Where `moa-pd up --api-key` wrote the key (mode 0600); never the key itself.
+    api_key_file: str | None = None
     timeouts: Timeouts = Timeouts()
     # How warm-ups reach a prefill worker: SGLang's own /generate with the fake bootstrap host
     # (works on unpatched SGLang <= 0.5.10), or our /prefill_only verb.

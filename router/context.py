@@ -5,6 +5,7 @@ test (`async with RouterContext.open(cluster)`)."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 from collections.abc import AsyncIterator
 
@@ -16,9 +17,11 @@ from router.config import TopologyConfig
 from router.health_watch import HealthWatch
 from router.metrics import RouterMetrics
 from router.pd import Deployment
-from router.sglang_client import SGLangClient
+from router.sglang_client import SGLangClient, WorkerError
 from router.tokenizers import LoadedTokenizer, TokenizerStore
 from sglang_ext import protocol as P
+
+log = logging.getLogger(__name__)
 
 
 class ConfigNotServed(ValueError):
@@ -60,6 +63,10 @@ class RouterContext:
         }
         self.tokenizers = tokenizers or TokenizerStore()
         self.metrics = RouterMetrics()
+        # Each model's context length (tokens): the cluster file's, or `load_context_lens`'.
+        self.context_len: dict[str, int | None] = {
+            name: spec.context_len for name, spec in cluster.models.items()
+        }
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -68,6 +75,22 @@ class RouterContext:
         connector = aiohttp.TCPConnector(limit=0)
         async with aiohttp.ClientSession(connector=connector) as session:
             yield cls(cluster, session, **kwargs)
+
+    async def load_context_lens(self) -> None:
+        """Ask a prefill worker of each model whose context length the cluster file leaves out
+        (`GET /v1/models`: SGLang and the reference engine report `max_model_len`). A worker that
+        cannot tell leaves it unknown: prompts are then checked by the workers alone."""
+        for name, spec in self.cluster.models.items():
+            if self.context_len[name] is not None:
+                continue
+            url = f"{spec.prefill_urls[0]}/v1/models"
+            try:
+                reply = await self.client.get_json(url, "model info", self.timeouts.connect_s)
+                data = reply.get("data") or [{}]
+                value = data[0].get("max_model_len")
+                self.context_len[name] = int(value) if value else None
+            except (WorkerError, ValueError, TypeError, AttributeError) as e:
+                log.warning("context length of %s unknown (%s: %s)", name, url, e)
 
     def tokenizer(self, model: str) -> LoadedTokenizer:
         return self.tokenizers.get(self.cluster.models[model].tokenizer_path)

@@ -27,6 +27,7 @@ from router.agent_runner import AgentJob, AgentRunner
 from router.answer_cache import AnswerCache, PrecursorFailed
 from router.config import TopologyConfig
 from router.context import RouterContext
+from router.sglang_client import WorkerError
 from router.topology import layers, successors
 from router.trace import AgentTrace, Clock
 
@@ -42,7 +43,13 @@ class UnknownAgent(ValueError):
 
 
 class AgentFailed(RuntimeError):
-    """The final agent (or the agent a client asked for) failed; the message says why."""
+    """The final agent (or the agent a client asked for) failed; the message says why. `status`:
+    400 when a worker refused a request of the question as invalid (the client's to fix), else
+    502."""
+
+    def __init__(self, message: str, status: int = 502) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(slots=True)
@@ -95,6 +102,8 @@ class Session:
         self.followers: Counter[str] = Counter()
         # Set when the session as a whole failed (not one agent): run_all raises it.
         self.failure: str | None = None
+        # Agents whose request a worker refused as invalid (a 4xx): the question's fault.
+        self.refused: set[str] = set()
 
     # --- running ------------------------------------------------------------------------------
     def start_agent(self, agent_id: str) -> asyncio.Task:
@@ -139,10 +148,18 @@ class Session:
             raise AgentFailed(self.failure)
         final = self.apc[self.cfg.final]
         if not final.done:
-            raise AgentFailed(final.error or f"final agent '{self.cfg.final}' was aborted")
+            raise AgentFailed(
+                final.error or f"final agent '{self.cfg.final}' was aborted", self.error_status
+            )
         return QuestionResult(
             self.id, final.text, self.cfg.final, self.trace(), list(self.early_exit)
         )
+
+    @property
+    def error_status(self) -> int:
+        """The HTTP status of a failed question: 400 when a worker refused one of its requests
+        as invalid, else 502."""
+        return 400 if self.refused and self.failure is None else 502
 
     def trace(self) -> dict[str, dict]:
         # `skipped` is what activation_percentage reads: a bypassed successor ran no model.
@@ -231,7 +248,16 @@ class Session:
             outcome = "bypassed"
         except Exception as e:  # noqa: BLE001 - any failure ends this agent, named in its error
             message = str(e) if isinstance(e, PrecursorFailed) else f"{type(e).__name__}: {e}"
-            log.warning("session %s agent %s failed: %s", self.id, agent_id, message)
+            where = ""
+            if isinstance(e, WorkerError):
+                # The client reads the agent and the cause; the worker's URL goes to the log only.
+                what = str(e)
+                if e.refused:
+                    self.refused.add(agent_id)
+                    what = f"the worker refused its {e.stage} request (HTTP {e.status}): {e.reason}"
+                message = f"agent '{agent_id}' (model {trace.model}): {what}"
+                where = f" ({e.url})"
+            log.warning("session %s agent %s failed: %s%s", self.id, agent_id, message, where)
             trace.error = message
             self.apc.fail(agent_id, message)
         finally:

@@ -1,6 +1,7 @@
 """HTTP calls to SGLang-speaking servers (workers and native sglang-routers) over the process's one
-aiohttp ClientSession: streamed /generate with SSE parsing, plain JSON posts, aborts. Every
-failure becomes a WorkerError naming the stage and the URL. Used by pd.py."""
+aiohttp ClientSession: streamed /generate with SSE parsing, plain JSON posts and gets, aborts.
+Every failure becomes a WorkerError naming the stage (and, for logs only, the URL). Used by pd.py
+and context.py."""
 
 from __future__ import annotations
 
@@ -18,11 +19,19 @@ log = logging.getLogger(__name__)
 
 
 class WorkerError(RuntimeError):
-    """A request to a worker or router failed; says which stage, which URL and why."""
+    """A request to a worker or router failed; str() says which stage and why, `url` where (for
+    the router's log: a client is never shown an internal address). `status`: the worker's
+    HTTP status when it answered one."""
 
     def __init__(self, stage: str, url: str, message: str, status: int | None = None) -> None:
-        super().__init__(f"{stage} request to {url} failed: {message}")
-        self.stage, self.url, self.status = stage, url, status
+        super().__init__(f"{stage} request failed: {message}")
+        self.stage, self.url, self.status, self.reason = stage, url, status, message
+
+    @property
+    def refused(self) -> bool:
+        """The worker refused the request as invalid (a 4xx other than 429): the request, not
+        the deployment, is at fault, e.g. a prompt over the model's context."""
+        return self.status is not None and 400 <= self.status < 500 and self.status != 429
 
 
 @contextlib.contextmanager
@@ -79,6 +88,12 @@ class SGLangClient:
                     async for event in _sse_events(resp):
                         last = event
                     return last
+                return await resp.json(content_type=None)
+
+    async def get_json(self, url: str, stage: str, total_s: float) -> dict:
+        with _failures(stage, url, f"no reply within {total_s:g}s"):
+            async with self._session.get(url, timeout=self._timeout(total_s)) as resp:
+                await _raise_for_status(resp, stage, url)
                 return await resp.json(content_type=None)
 
     async def abort(self, base_url: str, rid: str, total_s: float) -> None:

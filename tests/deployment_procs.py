@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from launch.ports import port_in_use
+from launch.run_dir import recorded  # noqa: F401 - the tests' view of processes.json
 from router.cluster import create_time
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,12 +51,6 @@ def assert_ran_once_each(out: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     settings = [(s["setting"], s["n"], s["errors"]) for s in summary["settings"]]
     assert settings == [(2, 2, 0), (3, 2, 0)]
-
-
-def recorded(run_dir: Path) -> list[dict]:
-    """The processes a deployment recorded in RUN_DIR/processes.json (name, pid, create_time)."""
-    path = run_dir / "processes.json"
-    return json.loads(path.read_text()) if path.exists() else []
 
 
 def group_members(pgid: int) -> list[int]:

@@ -5,6 +5,7 @@ client sends. No route may answer any of them with a 5xx."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 # The shell router's POST routes.
 ROUTER_ROUTES = ["/v1/chat/completions", "/v1/completions", "/v1/moa/run", "/v1/moa/agent"]
@@ -59,6 +60,28 @@ BODIES = [
     ).encode(),
     json.dumps({"rid": 123, "abort_all": "yes"}).encode(),
 ]
+
+# Files named where a topology's name goes: the shell router answers 404 model_not_found and
+# reads none of them (issue 21).
+FILE_PATH_MODELS = [
+    "/etc/passwd",
+    "../../etc/hostname",
+    str(Path(__file__).resolve().parent.parent / "cfgs" / "tree_3_1_cpu.json"),
+]
+# A question far over SmolLM2's 8,192-token context: 400 before anything reaches a worker.
+OVERSIZED_PROMPT = "Count the apples in every basket and add them up. " * 1000
+SERVED_TOPOLOGY = "tree_3_1_tiny"  # tests/deployment_procs.tiny_config
+
+BODIES += [
+    json.dumps({"model": m, "messages": [{"role": "user", "content": "hi"}]}).encode()
+    for m in FILE_PATH_MODELS
+]
+BODIES += [json.dumps({"question": "q", "config": m}).encode() for m in FILE_PATH_MODELS]
+BODIES.append(
+    json.dumps(
+        {"model": SERVED_TOPOLOGY, "messages": [{"role": "user", "content": OVERSIZED_PROMPT}]}
+    ).encode()
+)
 
 
 def huge_body(limit: int) -> bytes:

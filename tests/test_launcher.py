@@ -107,7 +107,8 @@ def test_down_stops_what_up_started_and_nothing_else(tmp_path):
     ]
     (tmp_path / "processes.json").write_text(json.dumps(rows))
     try:
-        assert down_run_dir(tmp_path) == ["ours", "reused"]
+        # Only what still runs as we started it is stopped and named; the reused pid is not ours.
+        assert down_run_dir(tmp_path) == ["ours"]
         deadline = time.monotonic() + 5
         while ours.popen.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -116,8 +117,37 @@ def test_down_stops_what_up_started_and_nothing_else(tmp_path):
     finally:
         stop_group(stranger.pid)
     assert not (tmp_path / "processes.json").exists()
+    assert down_run_dir(tmp_path) == []  # down twice: nothing is running, not an error
     with pytest.raises(LaunchError, match="nothing was started"):
-        down_run_dir(tmp_path)
+        down_run_dir(tmp_path / "never_used")
+
+
+def test_a_run_dir_with_a_live_deployment_is_refused_a_dead_one_taken_over(tmp_path):
+    from launch.run_dir import claim
+
+    live = start(
+        ProcSpec("w", [sys.executable, "-c", "import time; time.sleep(60)"], None), tmp_path
+    )
+    rows = [{"name": "m.decode0", "pid": live.pid, "create_time": create_time(live.pid)}]
+    (tmp_path / "processes.json").write_text(json.dumps(rows))
+    try:
+        with pytest.raises(LaunchError) as e:
+            claim(tmp_path)
+        msg = str(e.value)
+        assert f"m.decode0 (pid {live.pid})" in msg and f"moa-pd down --run-dir {tmp_path}" in msg
+        assert "--run-dir)" in msg
+        (tmp_path / "other").mkdir()
+        lock = claim(tmp_path / "other")
+        # While one `up` holds a folder, a second is refused even before processes are recorded.
+        with pytest.raises(LaunchError, match="running deployment"):
+            claim(tmp_path / "other")
+        lock.close()
+    finally:
+        stop_group(live.pid)
+    lock = claim(tmp_path)  # every recorded process is gone: the folder is taken over
+    lock.close()
+    assert not (tmp_path / "processes.json").exists()
+    assert (tmp_path / "processes.stopped.json").exists()
 
 
 def test_missing_model_path_fails_before_anything_starts(tmp_path):

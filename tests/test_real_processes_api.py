@@ -6,6 +6,9 @@ a stuck worker meet them:
   OpenAI routes, `/flush_cache`, `/abort_request`) gets the shared fuzz table (tests/fuzz_table.py)
   plus a body over its size limit: never a 5xx, errors as JSON, and each still serves a valid
   request afterwards (the workers' OpenAI route through the sglang-router, as a user reaches it);
+- files named as the topology (`"model": "/etc/passwd"`) are 404 model_not_found listing the
+  served names, with nothing of the file in the reply, and a question over the model's context
+  is a 400 naming the agent, its prompt length and the limit; no error shows an internal address;
 - a decode worker stopped with SIGSTOP during a question: the question fails within seconds
   naming the worker and its log file, and the shell router's /health turns 503 "degraded".
 
@@ -28,7 +31,14 @@ from router.server import MAX_BODY_BYTES as ROUTER_MAX_BODY
 from sglang_ext import protocol as P
 from sglang_ext.engine.server import MAX_BODY_BYTES as WORKER_MAX_BODY
 from tests.deployment_procs import tiny_config
-from tests.fuzz_table import BODIES, ROUTER_ROUTES, huge_body
+from tests.fuzz_table import (
+    BODIES,
+    FILE_PATH_MODELS,
+    OVERSIZED_PROMPT,
+    ROUTER_ROUTES,
+    SERVED_TOPOLOGY,
+    huge_body,
+)
 
 pytestmark = pytest.mark.slow
 WORKER_ROUTES = [
@@ -84,6 +94,38 @@ def test_fuzz_shell_router_post_routes(deployment):
     )
     assert r.status_code == 200, r.text
     assert r.json()["choices"][0]["message"]["content"]
+
+
+def test_file_paths_and_oversized_prompts_are_client_errors(deployment):
+    _, cluster = deployment
+    url = cluster["shell_router_url"]
+    for name in FILE_PATH_MODELS:
+        r = requests.post(
+            url + "/v1/chat/completions", timeout=30, json={"model": name, "messages": MSGS}
+        )
+        assert r.status_code == 404, (name, r.text)
+        err = r.json()["error"]
+        assert (err["code"], err["param"], err["type"]) == (
+            "model_not_found",
+            "model",
+            "invalid_request_error",
+        )
+        assert SERVED_TOPOLOGY in err["message"], err
+        assert "JSON" not in err["message"] and "root:" not in r.text, err
+        r = requests.post(url + "/v1/moa/run", timeout=30, json={"question": "q", "config": name})
+        assert r.status_code == 404 and r.json()["error"]["param"] == "config", r.text
+    r = requests.post(
+        url + "/v1/chat/completions",
+        timeout=60,
+        json={
+            "model": SERVED_TOPOLOGY,
+            "messages": [{"role": "user", "content": OVERSIZED_PROMPT}],
+        },
+    )
+    assert r.status_code == 400, r.text
+    message = r.json()["error"]["message"]
+    assert "agent 'leaf_0_0'" in message and "8192 tokens" in message, message
+    assert "127.0.0.1" not in r.text and "http://" not in r.text, r.text
 
 
 def test_fuzz_worker_post_routes(deployment):

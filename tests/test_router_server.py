@@ -65,13 +65,16 @@ async def test_whole_graph_both_modes(api):
     assert out["pipelined"]["trace"]["final"]["warmups"] >= 1
 
 
-async def test_inline_config_and_bad_input(api):
+async def test_registered_config_and_bad_input(api):
     client, _, cfg = api
-    r = await client.post("/v1/moa/run", json={"question": "q", "config": cfg.model_dump()})
+    mine = {**cfg.model_dump(mode="json"), "name": "mine"}
+    r = await client.post("/v1/moa/configs", json=mine)
+    assert r.status == 201, await r.text()
+    r = await client.post("/v1/moa/run", json={"question": "q", "config": "mine"})
     assert r.status == 200
-    bad = cfg.model_dump()
+    bad = {**cfg.model_dump(mode="json"), "name": "bad"}
     bad["templates"]["aggregate_final"]["user"] += " <|answer:ghost|>"
-    r = await client.post("/v1/moa/run", json={"question": "q", "config": bad})
+    r = await client.post("/v1/moa/configs", json=bad)
     assert r.status == 400 and "ghost" in (await r.json())["message"]
     r = await client.post("/v1/moa/run", json={"question": "q", "config": cfg.name, "mode": "x"})
     message = (await r.json())["message"]
@@ -81,7 +84,7 @@ async def test_inline_config_and_bad_input(api):
     )
     assert r.status == 200 and (await r.json())["mode"] == "blocking_layer"
     r = await client.post("/v1/moa/run", json={"question": "q", "config": "no_such_cfg"})
-    assert r.status == 400 and "no such config" in (await r.json())["message"]
+    assert r.status == 404 and "not a topology this router serves" in (await r.json())["message"]
     r = await client.post("/v1/moa/run", data=b"{nope")
     assert r.status == 400
 

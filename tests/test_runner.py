@@ -1,5 +1,6 @@
-"""The experiment runner against an in-test stand-in for the shell router's /v1/moa/run: rows per
-(sample, setting), resume, errors recorded without stopping the run, --fail-fast."""
+"""The experiment runner against an in-test stand-in for the shell router's /v1/moa/run and
+/v1/moa/configs: rows per (sample, setting), resume, errors recorded without stopping the run,
+--fail-fast, configs registered (never sent as paths)."""
 
 from __future__ import annotations
 
@@ -14,10 +15,27 @@ from experiments.run import FailFast, RunSpec, run_async
 from experiments.settings import parse_settings
 
 
-def fake_router(calls: list[dict], fail_ids: set[str] = frozenset()) -> web.Application:
+def fake_router(
+    calls: list[dict], fail_ids: set[str] = frozenset(), served: dict | None = None
+) -> web.Application:
+    """`served`: name -> config object, the configs the router was started with; registrations
+    add to it as the real router's do (201 new, 200 the same again, 409 another body)."""
+    served = {} if served is None else served
+
+    async def register(request: web.Request) -> web.Response:
+        cfg = await request.json()
+        calls.append({"register": cfg})
+        if cfg["name"] in served:
+            same = served[cfg["name"]] == cfg
+            return web.json_response({"id": cfg["name"]}, status=200 if same else 409)
+        served[cfg["name"]] = cfg
+        return web.json_response({"id": cfg["name"]}, status=201)
+
     async def run(request: web.Request) -> web.Response:
         body = await request.json()
         calls.append(body)
+        if body["config"] not in served:
+            return web.json_response({"error": {"message": "model_not_found"}}, status=404)
         if body["question_id"] in fail_ids:
             return web.json_response({"error": {"message": "precursor leaf_0 failed"}}, status=502)
         gold = answers[body["question_id"]]
@@ -39,6 +57,7 @@ def fake_router(calls: list[dict], fail_ids: set[str] = frozenset()) -> web.Appl
     app = web.Application()
     app.router.add_get("/health", health)
     app.router.add_post("/v1/moa/run", run)
+    app.router.add_post("/v1/moa/configs", register)
     app.router.add_post("/flush_cache", flush)
     return app
 
@@ -164,7 +183,8 @@ async def test_one_at_a_time_interleaves_settings_per_question(tmp_path):
         await run_async(spec, cluster)
     finally:
         await runner.cleanup()
-    order = [(c["question_id"], c["mode"]) if "mode" in c else "flush" for c in calls]
+    runs_and_flushes = [c for c in calls if "register" not in c]
+    order = [(c["question_id"], c["mode"]) if "mode" in c else "flush" for c in runs_and_flushes]
     q0, q1 = questions[0].id, questions[1].id
     assert order == [
         "flush",
@@ -206,7 +226,7 @@ async def test_setting_7_runs_the_tree_blocking_by_layer_and_is_named_in_the_tab
 async def test_a_config_file_elsewhere_is_asked_for_by_its_name(tmp_path):
     """A copy of a shipped config under another file name keeps its `name`, which is what the
     shell router serves it under; an edited copy whose name the deployment serves differently
-    goes inline, so the run measures the file it was given."""
+    is registered under its name plus a digest, so the run measures the file it was given."""
     import json
     import shutil
 
@@ -218,8 +238,9 @@ async def test_a_config_file_elsewhere_is_asked_for_by_its_name(tmp_path):
     raw["slot_order"] = "dynamic" if raw.get("slot_order") != "dynamic" else "static"
     edited.write_text(json.dumps(raw))
     calls: list[dict] = []
-    runner, url = await start(fake_router(calls))
-    cluster = {"shell_router_url": url, "models": {}, "configs": ["cfgs/tree_3_1_cpu.json"]}
+    served = {"tree_3_1_cpu": json.loads(Path("cfgs/tree_3_1_cpu.json").read_text())}
+    runner, url = await start(fake_router(calls, served=served))
+    cluster = {"shell_router_url": url, "models": {}}
     try:
         spec = RunSpec(str(mine), None, "gsm8k", 1, parse_settings("2"), 1, tmp_path / "a")
         await run_async(spec, cluster)
@@ -231,24 +252,29 @@ async def test_a_config_file_elsewhere_is_asked_for_by_its_name(tmp_path):
         spec = RunSpec(str(edited), None, "gsm8k", 1, parse_settings("2"), 1, tmp_path / "b")
         await run_async(spec, cluster)
         sent = [c["config"] for c in calls if "mode" in c]
-        assert sent == [raw]
+        assert len(sent) == 1 and sent[0].startswith("tree_3_1_cpu@")
+        assert served[sent[0]] == {**raw, "name": sent[0]}
+        assert [r.config for r in read_results(tmp_path / "b" / "results.jsonl")] == [
+            "tree_3_1_cpu"
+        ]
     finally:
         await runner.cleanup()
 
 
 async def test_single_model_baseline_runs_each_model_alone(tmp_path):
-    """Setting #5 sends one inline single-agent config per model of the tree config and writes
-    one row per (question, model); --resume skips what is done."""
+    """Setting #5 registers one single-agent config per model of the tree config, runs each by
+    name and writes one row per (question, model); --resume skips what is done."""
     calls: list[dict] = []
-    runner, url = await start(fake_router(calls))
+    served: dict = {}
+    runner, url = await start(fake_router(calls, served=served))
     cluster = {"shell_router_url": url, "models": {}}
     spec = RunSpec("tree_9_3_1_hetero", None, "gsm8k", 2, parse_settings("5"), 1, tmp_path)
     try:
         await run_async(spec, cluster)
         runs = [c for c in calls if "mode" in c]
-        models = [c["config"]["agents"][0]["model"] for c in runs]
+        models = [served[c["config"]]["agents"][0]["model"] for c in runs]
         assert models == ["qwen3vl-4b", "qwen3vl-8b", "qwen3vl-32b"] * 2
-        assert all(len(c["config"]["agents"]) == 1 and not c["early_exit"] for c in runs)
+        assert all(len(served[c["config"]]["agents"]) == 1 and not c["early_exit"] for c in runs)
         rows = read_results(tmp_path / "results.jsonl")
         assert sorted((r.sample_id, r.single_model) for r in rows) == sorted(
             (q.id, m) for q in questions[:2] for m in ("qwen3vl-4b", "qwen3vl-8b", "qwen3vl-32b")

@@ -1,0 +1,168 @@
+"""A detached deployment as a user runs one (`moa-pd up --detach` with MOA_PD_API_KEY, real
+processes on loopback), checked for issue 21:
+
+- the key: 401 in OpenAI's shape without it or with a wrong one, 200 with it, /health open; the
+  key in no log, no command line (/proc/PID/cmdline), not in cluster.json or processes.json,
+  and its file mode 0600;
+- `moa-pd run --cluster D/cluster.json` with an edited copy of the served config (the runner
+  reads the key file and registers the config; no path goes to the router);
+- a second `moa-pd up` on the folder refuses, naming the live processes and both ways out,
+  and starts nothing; once the deployment is dead (SIGKILL, as a crash), `up` takes the folder
+  over;
+- `moa-pd down` stops everything (no process, group member or port left), a second `down` says
+  nothing is running (rc 0), `down` on a folder never used is rc 2."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from router.cluster import create_time
+from tests.deployment_procs import (
+    assert_ran_once_each,
+    cluster_ports,
+    descendants,
+    kill_leftovers,
+    leftovers,
+    recorded,
+    run_argv,
+    tiny_config,
+)
+
+pytestmark = pytest.mark.slow
+KEY = "moa-test-" + secrets.token_hex(16)
+MSGS = [{"role": "user", "content": "What is 2+3?"}]
+
+
+def _cli(*argv: str, key: bool = True, timeout: float = 600) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env.pop("MOA_PD_API_KEY", None)
+    if key:
+        env["MOA_PD_API_KEY"] = KEY
+    return subprocess.run(
+        [sys.executable, "-m", "launch.cli", *argv],
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def _up(config: str, run_dir: Path) -> subprocess.CompletedProcess:
+    return _cli("up", "--config", config, "--run-dir", str(run_dir), "--detach")
+
+
+@pytest.fixture(scope="module")
+def detached(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("safety")
+    config, run_dir = tiny_config(tmp), tmp / "dep"
+    r = _up(config, run_dir)
+    assert r.returncode == 0, r.stdout + r.stderr
+    state = {"run_dir": run_dir, "config": config, "tmp": tmp, "outputs": [r.stdout + r.stderr]}
+    try:
+        yield state
+    finally:
+        rows = recorded(run_dir)
+        children = [c for row in rows for c in descendants(row["pid"])]
+        _cli("down", "--run-dir", str(run_dir), key=False)
+        kill_leftovers(rows, children)
+
+
+def test_the_key_guards_the_endpoint_and_appears_nowhere(detached):
+    run_dir = detached["run_dir"]
+    cluster = json.loads((run_dir / "cluster.json").read_text())
+    url = cluster["shell_router_url"]
+    chat = {"model": "tree_3_1_tiny", "messages": MSGS, "max_tokens": 4}
+    for headers in ({}, {"Authorization": "Bearer not-the-key"}):
+        r = requests.post(url + "/v1/chat/completions", json=chat, headers=headers, timeout=30)
+        assert r.status_code == 401, r.text
+        assert r.json()["error"]["code"] == "invalid_api_key" and KEY not in r.text
+    assert requests.get(url + "/v1/models", timeout=30).status_code == 401
+    assert requests.get(url + "/health", timeout=30).status_code == 200
+    auth = {"Authorization": f"Bearer {KEY}"}
+    r = requests.post(url + "/v1/chat/completions", json=chat, headers=auth, timeout=120)
+    assert r.status_code == 200, r.text
+    assert r.json()["choices"][0]["message"]["content"]
+
+    key_file = Path(cluster["api_key_file"])
+    assert stat.S_IMODE(key_file.stat().st_mode) == 0o600 and key_file.read_text() == KEY
+    texts = {
+        "cluster.json": (run_dir / "cluster.json").read_text(),
+        "processes.json": (run_dir / "processes.json").read_text(),
+        "moa-pd up's output": "".join(detached["outputs"]),
+    }
+    texts |= {str(p): p.read_text(errors="replace") for p in (run_dir / "logs").glob("*.log")}
+    for row in recorded(run_dir):
+        for pid in [row["pid"], *(p for p, _ in descendants(row["pid"]))]:
+            try:
+                texts[f"argv of pid {pid}"] = Path(f"/proc/{pid}/cmdline").read_bytes().decode()
+            except OSError:
+                continue
+    assert len(texts) > 8
+    assert [name for name, text in texts.items() if KEY in text] == []
+
+
+def test_run_with_an_edited_config_file_through_the_key(detached):
+    run_dir, tmp = detached["run_dir"], detached["tmp"]
+    raw = json.loads(Path(detached["config"]).read_text())
+    raw["sampling"]["max_new_tokens"] = 5  # same name, other content: registered as a variant
+    mine = tmp / "my.json"
+    mine.write_text(json.dumps(raw))
+    out = tmp / "run"
+    # No MOA_PD_API_KEY here: the runner reads the key file cluster.json names.
+    r = _cli(*run_argv(str(mine), out, "--cluster", str(run_dir / "cluster.json")), key=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert_ran_once_each(out)
+
+
+def test_a_second_up_on_a_live_folder_is_refused(detached):
+    run_dir = detached["run_dir"]
+    before = recorded(run_dir)
+    r = _up(detached["config"], run_dir)
+    detached["outputs"].append(r.stdout + r.stderr)
+    assert r.returncode == 1, r.stdout + r.stderr
+    text = " ".join(r.stderr.split())
+    assert "shell_router (pid" in text and f"moa-pd down --run-dir {run_dir}" in text, text
+    assert "another folder (--run-dir)" in text, text
+    assert recorded(run_dir) == before  # the live deployment's record is untouched
+    assert all(create_time(row["pid"]) == row["create_time"] for row in before)
+
+
+def test_a_dead_folder_is_taken_over_and_down_twice_leaves_nothing(detached):
+    run_dir = detached["run_dir"]
+    dead = recorded(run_dir)
+    children = [c for row in dead for c in descendants(row["pid"])]
+    for row in dead:  # the deployment crashes: every process gone, processes.json left behind
+        os.killpg(row["pid"], signal.SIGKILL)
+    deadline = time.monotonic() + 30
+    while leftovers(dead, children, []) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert leftovers(dead, children, []) == []
+    r = _up(detached["config"], run_dir)
+    detached["outputs"].append(r.stdout + r.stderr)
+    assert r.returncode == 0, r.stdout + r.stderr
+    procs = recorded(run_dir)
+    assert procs and {p["pid"] for p in procs}.isdisjoint({p["pid"] for p in dead})
+    children = [c for row in procs for c in descendants(row["pid"])]
+    ports = cluster_ports(json.loads((run_dir / "cluster.json").read_text()))
+
+    r = _cli("down", "--run-dir", str(run_dir), key=False)
+    assert r.returncode == 0 and "stopped" in r.stderr, r.stdout + r.stderr
+    assert leftovers(procs, children, ports) == []
+    assert not (run_dir / "api_key").exists()
+    r = _cli("down", "--run-dir", str(run_dir), key=False)
+    assert r.returncode == 0 and "nothing is running" in r.stderr, r.stdout + r.stderr
+    r = _cli("down", "--run-dir", str(detached["tmp"] / "never_used"), key=False)
+    assert r.returncode == 2 and "nothing was started" in r.stderr, r.stdout + r.stderr
