@@ -231,9 +231,10 @@ class Stack:
         return specs
 
     def _device_of(self, spec: ProcSpec) -> tuple[str, int]:
-        """(device name, slots) of a worker, for the router's warm-up gate: a GPU runs one busy
-        worker at full speed (kernels of different processes time-slice); CPU cores one each
-        (every worker runs one compute thread: OMP_NUM_THREADS=1)."""
+        """(device name, slots) of a worker, for the router's warm-up gate: CPU cores run one
+        busy worker each (every worker runs one compute thread: OMP_NUM_THREADS=1); a GPU is
+        taken as one slot (kernels of different processes time-slice without MPS), unmeasured,
+        which is why GPU deployments default to the per-worker gate (cluster())."""
         if spec.cpus is not None:
             return f"cpu:{','.join(map(str, spec.cpus))}", len(spec.cpus)
         if self.placement is not None:
@@ -335,6 +336,10 @@ class Stack:
                 for n, m in self.models.items()
             },
             "devices": dict(self.worker_devices.values()),
+            # The device-wide warm-up gate is measured on CPU cores shared by several workers
+            # (docs/benchmarks.md); on a GPU whether a warm-up slows a co-located decode is not
+            # measured yet, so GPUs keep the per-worker gate (edit cluster.json to try "device").
+            "warmup_gate_scope": "worker" if self.placement is not None else "device",
             "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
             "warmup_verb": self.warmup_verb,
             "configs": self.config_paths,

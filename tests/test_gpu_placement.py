@@ -318,6 +318,7 @@ def test_workers_sharing_a_gpu_start_in_turns_with_explicit_pools(pair_8b, tmp_p
     assert cluster["devices"] == {"cuda:0": 1}
     (model,) = cluster["models"].values()
     assert model["prefill_devices"] == model["decode_devices"] == ["cuda:0"]
+    assert cluster["warmup_gate_scope"] == "worker"  # unmeasured on GPUs: the per-worker gate
 
 
 @pytest.mark.slow

@@ -80,7 +80,7 @@ def test_flags_the_config_sets_are_kept(monkeypatch):
 def test_up_gives_gpu_workers_the_triton_flags_without_fa3(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu, "has_fa3", lambda: False)
     cfg = load_config("single_8b_dummy_gpu")
-    stack = Stack([cfg], [], "sglang", tmp_path, gpu_ids=[0, 0])
+    stack = Stack([cfg], [], "sglang", tmp_path)  # unplaced: the flags do not depend on it
     stack.plan()
     specs = stack.worker_specs()
     assert {s.name for s in specs} == {"qwen3-8b.prefill0", "qwen3-8b.decode0"}
