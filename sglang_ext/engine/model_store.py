@@ -23,7 +23,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from sglang_ext.engine.dummy_model import shape_of
+from sglang_ext.protocol import dummy_shape
 
 logger = logging.getLogger(__name__)
 
@@ -55,7 +55,7 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
             )
         return str(local)
     name = name_or_path.strip().lower().removeprefix("huggingfacetb/")
-    if (shape := shape_of(name)) is not None:
+    if (shape := dummy_shape(name)) is not None:
         from sglang_ext.engine.dummy_model import check_shape, write_dummy_model
 
         check_shape(shape)  # a ValueError naming the shapes, before any directory is made
