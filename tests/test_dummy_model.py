@@ -113,6 +113,10 @@ def test_model_store_writes_a_dummy_shape_once(tmp_path):
     stamp = (path / "config.json").stat().st_mtime_ns
     assert resolve_model_path("dummy:Qwen3-Tiny", str(tmp_path)) == str(path)
     assert (path / "config.json").stat().st_mtime_ns == stamp  # not rewritten
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "vocab_size": 1000}))  # an old write
+    assert resolve_model_path("dummy:qwen3-tiny", str(tmp_path)) == str(path)
+    assert json.loads((path / "config.json").read_text()) == config  # written again
     with pytest.raises(ValueError, match="unknown model shape 'qwen3-9b': use one of qwen3-tiny"):
         resolve_model_path("dummy:qwen3-9b", str(tmp_path))
     assert not (models / "dummy-qwen3-9b").exists()

@@ -125,6 +125,16 @@ def hf_config(shape: str, tokenizer) -> dict:
     }
 
 
+def is_current(shape: str, model_dir: Path) -> bool:
+    """Whether model_dir's config.json has every hyper-parameter `shape` has now (a directory
+    written by an older release, e.g. with the tokenizer's 49k vocabulary, is not)."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return all(config.get(k) == v for k, v in {**QWEN3_COMMON, **check_shape(shape)}.items())
+
+
 def write_dummy_model(shape: str, out_dir: Path, cache_dir: str | None = None) -> Path:
     """Write a shape-only HF directory for `shape` into out_dir (created if missing); the
     tokenizer comes from the model store under cache_dir (default: its usual cache)."""
