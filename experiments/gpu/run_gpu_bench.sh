@@ -185,9 +185,10 @@ stage_settings() {
     fi
     local dense_args=()
     [[ $SETTINGS == *1* ]] && dense_args=(--config "$dense")
-    # One deployment for both concurrencies: its start is most of this stage's time.
+    # One deployment for both concurrencies: its start is most of this stage's time. Its KV pools
+    # are sized for the larger one (--concurrency), or a pool too small for C8 questions fails.
     timeout "$(cap 330)" "$PYTHON" -m launch.cli up --config "$tree" "${dense_args[@]}" --backend "$BACKEND" \
-        --run-dir "$dir/deploy" --detach || { archive settings_logs.tgz "$dir"; return 1; }
+        --concurrency "$C8" --run-dir "$dir/deploy" --detach || { archive settings_logs.tgz "$dir"; return 1; }
     local status=0 c n
     for c in 1 "$C8"; do
         n=$([[ $c == 1 ]] && echo "$N1" || echo "$N8")
