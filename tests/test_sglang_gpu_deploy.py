@@ -3,7 +3,7 @@
 workers on one GPU, and settings #2 and #3 on the dummy 9-3-1 tree.
 
 An 80 GB card cannot hold the paper's 4B/8B/32B trio as three PD pairs (the 32B shape alone is
-~59 GiB of weights per worker), so the tree runs on the largest trio that fits: MOA_PD_GPU_TRIO
+~61 GiB of weights per worker), so the tree runs on the largest trio that fits: MOA_PD_GPU_TRIO
 (three different shapes, e.g. "qwen3-4b,qwen3-8b,qwen3-14b") if set, else the first of TRIOS that
 `moa-pd plan` accepts on the chosen GPU. The trio that ran is in the test output. With several
 GPUs the deployment is restricted (`--gpus`) to the one with most free memory. Answers are shortened tenfold (30/50/70 tokens, ignore_eos) to keep the run short.
