@@ -70,17 +70,18 @@ test-sglang: $(SGL_STAMP)
 	$(SGL_PY) -m pytest -q -m sglang_cpu
 
 # The GPU stack of one SGLang release as wheels, for a node without a package index
-# (docs/gpu-offline.md): `make wheelhouse SGLANG=0.5.17 PY=3.12 OUT=wheelhouse/`, optionally
-# TRIM=1 (drop FA3 & co.), SPLIT_MIB=54 (partN/ folders), WITH_TORCH=1, GLIBC=2.35. Runs with the
-# system Python (3.11+), without the CPU venv's constraints; PY here is the node's Python
-# version, not this Makefile's venv python.
-SGLANG ?= 0.5.17
-GLIBC  ?= 2.35
-OUT    ?= wheelhouse
-WHEEL_PY := $(if $(filter 3.%,$(PY)),$(PY),3.12)
+# (docs/gpu-offline.md): `make wheelhouse SGLANG=0.5.17 NODE_PY=3.12 WHEELHOUSE_OUT=wheelhouse/`,
+# optionally TRIM=1 (drop FA3 & co.), SPLIT_MIB=54 (partN/ folders), WITH_TORCH=1, GLIBC=2.35.
+# Runs with the system Python (3.11+), without the CPU venv's constraints. NODE_PY is the GPU
+# node's Python version; the defaults are set with := so an exported variable of the same name
+# (a job's $OUT, say) is not taken by accident: give them on the make command line.
+SGLANG         ?= 0.5.17
+GLIBC          ?= 2.35
+NODE_PY        := 3.12
+WHEELHOUSE_OUT := wheelhouse
 wheelhouse:
-	env -u PIP_CONSTRAINT $(PYTHON) -m launch.wheelhouse --sglang $(SGLANG) --python $(WHEEL_PY) --glibc $(GLIBC) \
-		--out $(OUT) $(if $(TRIM),--trim) $(if $(SPLIT_MIB),--split-mib $(SPLIT_MIB)) \
+	env -u PIP_CONSTRAINT $(PYTHON) -m launch.wheelhouse --sglang $(SGLANG) --python $(NODE_PY) --glibc $(GLIBC) \
+		--out $(WHEELHOUSE_OUT) $(if $(TRIM),--trim) $(if $(SPLIT_MIB),--split-mib $(SPLIT_MIB)) \
 		$(if $(WITH_TORCH),--with-torch)
 
 clean:

@@ -12,8 +12,9 @@ router's own warm-up (`Deployment.warmup`: /generate to the fake bootstrap host,
 adds its template's tail.
 Raw meta_info (first and last streamed chunk, the prefill reply), its numbers as `worker_timing`
 ("prefill.KEY", "decode.KEY") and client wall clocks (Unix seconds, the clock of SGLang's
-timestamps: `sent_unix`, `first_token_unix`) go into every row, for the PD-path breakdown (SGLang
-reports the timings with --enable-metrics only).
+timestamps: `sent_unix`, `first_token_unix`) go into every row; summary.json and ttft.md give the
+PD-path breakdown from them (experiments/ttft_summary.py; SGLang reports the timings with
+--enable-metrics only, and through the native router only decode's side).
 
     python -m experiments.bench_ttft --config tree_3_1_cpu --lengths 64,256 --reps 3 --out D
     python -m experiments.bench_ttft --cluster D/cluster.json --model NAME --out D2
@@ -26,7 +27,6 @@ import asyncio
 import json
 import random
 import signal
-import statistics
 import sys
 import time
 import uuid
@@ -35,15 +35,13 @@ from pathlib import Path
 
 import aiohttp
 
-from experiments.bench_meta import BenchRun, device_name, provenance
+from experiments.bench_meta import BenchRun, device_name
 from experiments.microbench import LOW_TOKEN_ID, BenchError, flush
+from experiments.ttft_summary import CONDITIONS, PATHS, report, summarize
 from router.cluster import ClusterSpec, load_cluster
 from router.pd import Deployment, PrefillTarget
 from router.sglang_client import WorkerError
 from sglang_ext import protocol as P
-
-CONDITIONS = ("cold", "warm")
-PATHS = ("router", "dual")
 
 
 # --- pure parts (tests/test_bench_ttft.py) --------------------------------------------------------
@@ -71,59 +69,6 @@ def order(rep: int, paths: list[str]) -> list[tuple[str, str]]:
     so a drift over the run hits both conditions alike."""
     conds = CONDITIONS if rep % 2 == 0 else CONDITIONS[::-1]
     return [(c, p) for c in conds for p in paths]
-
-
-def summarize(rows: list[dict]) -> list[dict]:
-    """Per (path, prompt length): median TTFT cold and warm, what the warm-up saved (median of
-    the per-repetition differences and ratios: each repetition's pair shares its prompt)."""
-    groups: dict[tuple[str, int], dict[str, dict[int, dict]]] = {}
-    for r in rows:
-        g = groups.setdefault((r["path"], r["prompt_tokens"]), {c: {} for c in CONDITIONS})
-        g[r["condition"]][r["rep"]] = r
-    out = []
-    for (path, length), g in sorted(
-        groups.items(), key=lambda kv: (PATHS.index(kv[0][0]), kv[0][1])
-    ):
-        reps = sorted(set(g["cold"]) & set(g["warm"]))
-        if not reps:
-            continue
-        cold = [g["cold"][i]["ttft_s"] for i in reps]
-        warm = [g["warm"][i]["ttft_s"] for i in reps]
-        out.append(
-            {
-                "path": path,
-                "prompt_tokens": length,
-                "n": len(reps),
-                "cold_ttft_ms": 1e3 * statistics.median(cold),
-                "warm_ttft_ms": 1e3 * statistics.median(warm),
-                "saved_ms": 1e3 * statistics.median(c - w for c, w in zip(cold, warm)),
-                "warm_over_cold": statistics.median(w / c for c, w in zip(cold, warm)),
-                "warm_cached_tokens": statistics.median(
-                    g["warm"][i]["cached_tokens"] for i in reps
-                ),
-                "cold_cached_tokens": statistics.median(
-                    g["cold"][i]["cached_tokens"] for i in reps
-                ),
-            }
-        )
-    return out
-
-
-def format_table(summary: list[dict]) -> str:
-    lines = [
-        (
-            "| path | prompt tokens | n | TTFT cold (ms) | TTFT warm (ms) | saved (ms) | "
-            "warm ÷ cold | cached tokens warm / cold |"
-        ),
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for s in summary:
-        lines.append(
-            f"| {s['path']} | {s['prompt_tokens']} | {s['n']} | {s['cold_ttft_ms']:.1f} | "
-            f"{s['warm_ttft_ms']:.1f} | {s['saved_ms']:.1f} | {s['warm_over_cold']:.3f} | "
-            f"{s['warm_cached_tokens']:.0f} / {s['cold_cached_tokens']:.0f} |"
-        )
-    return "\n".join(lines)
 
 
 def prompt_vocab(model_path: str, tokenizer_path: str) -> int:
@@ -294,32 +239,6 @@ def pick_model(cluster: ClusterSpec, model: str | None, where: str) -> str:
     return model
 
 
-def report(summary: list[dict], meta: dict) -> str:
-    return "\n".join(
-        [
-            (
-                f"TTFT through the PD path of model `{meta['model']}` ({meta['backend']}, "
-                f"{meta['device']}), warm-up verb `{meta['warmup_verb']}`, medians of "
-                f"{meta['reps']} repetitions, cold and warm interleaved, the prefill caches "
-                "flushed before each request; warm = warm-up of the prompt without its last "
-                f"{meta['tail']} tokens. `router`: through the native sglang-router; `dual`: the "
-                "shell router's successor path (prefill and decode worker addressed directly). "
-                "Cached tokens: the prefill worker's count on `dual`, decode's on `router`."
-            ),
-            "",
-            *(
-                ["**Interrupted**: the rows measured before the stop.", ""]
-                if meta["interrupted"]
-                else []
-            ),
-            format_table(summary),
-            "",
-            provenance(meta),
-            "",
-        ]
-    )
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--cluster", help="cluster.json of a running deployment (moa-pd up)")
@@ -372,17 +291,14 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if a.config:
             from launch.commands import bring_up, make_stack
-            from launch.procs import wait_routable
 
             stack = make_stack([a.config], a.backend, out / "deploy", "127.0.0.1")
-            bring_up(stack)
+            bring_up(stack)  # returns once every model's router routes (Stack.up waits)
             cluster, where, backend = (
                 load_cluster(stack.cluster_path),
                 f"config {a.config}",
                 a.backend,
             )
-            for m in cluster.models.values():
-                wait_routable(m.router_url, 300)  # /health answers before workers register
         else:
             cluster, where = load_cluster(a.cluster), a.cluster
             backend = json.loads(Path(a.cluster).read_text()).get("backend", "?")

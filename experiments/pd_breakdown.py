@@ -1,6 +1,7 @@
 """Where a PD request's time to first token goes, from the workers' own meta_info timings (SGLang's
 names, `--enable-metrics`; the reference engine reports the same). Called by summary.py (the
-median per part of the critical path) and timeline.py (each request's prefill bar split).
+median per part of the critical path), timeline.py (each request's prefill bar split) and
+ttft_summary.py (the TTFT benchmark's median per part).
 
 A request's TTFT, from the router sending it (`final_request_s`) to its first token arriving
 (`first_token_s`), is cut at five points the workers report, each in the session's seconds:
@@ -125,11 +126,16 @@ def median_path_breakdown(rows: Sequence[ResultRow]) -> dict[str, dict] | None:
     out: dict[str, dict] = {}
     for kind in KINDS:
         mine = [b[kind] for b in per_row if kind in b]
-        if not mine:
-            continue
-        summary: dict = {"rows": len(mine)}
-        for k in (*COMPONENTS, "ttft", UNATTRIBUTED):
-            known = [p[k] for p in mine if p[k] is not None]
-            summary[k] = float(np.median(known)) if known else UNKNOWN
-        out[kind] = summary
+        if mine:
+            out[kind] = {"rows": len(mine), **median_parts(mine)}
     return out or None
+
+
+def median_parts(breakdowns: Sequence[dict[str, float | None]]) -> dict[str, float | str]:
+    """Per component (and `ttft`, `unattributed`), the median seconds over the breakdowns that
+    know it, or "unknown" where none does."""
+    out: dict[str, float | str] = {}
+    for k in (*COMPONENTS, "ttft", UNATTRIBUTED):
+        known = [b[k] for b in breakdowns if b.get(k) is not None]
+        out[k] = float(np.median(known)) if known else UNKNOWN
+    return out

@@ -110,6 +110,7 @@ def split_parts(wheels: list[Path], max_mib: float) -> list[list[Path]]:
 
 
 def build(args: argparse.Namespace) -> list[Path]:
+    """Download (and trim, split) the release's wheels into args.out; their final paths."""
     rel = release(args.sglang)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -136,13 +137,14 @@ def build(args: argparse.Namespace) -> list[Path]:
     total = sum(w.stat().st_size for w in wheels_out) / 2**20
     print(f"{len(wheels_out)} wheels, {total:.1f} MiB in {out}")
     if args.split_mib:
+        moved = []
         for i, members in enumerate(split_parts(wheels_out, args.split_mib), 1):
             part = out / f"part{i}"
             part.mkdir(exist_ok=True)
             size = sum(w.stat().st_size for w in members) / 2**20
-            for w in members:
-                shutil.move(str(w), part / w.name)
+            moved += [Path(shutil.move(str(w), part / w.name)) for w in members]
             print(f"{part}: {len(members)} wheels, {size:.1f} MiB")
+        wheels_out = sorted(moved)
     return wheels_out
 
 

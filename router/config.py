@@ -82,14 +82,12 @@ class ModelSpec(_Strict):
     @property
     def is_shape_only(self) -> bool:
         """A 'dummy:SHAPE' model: a directory the model store writes, with no weights."""
-        return self.model_path.startswith(P.DUMMY_MODEL_PREFIX)
+        return P.dummy_shape(self.model_path) is not None
 
     @model_validator(mode="before")
     @classmethod
     def _dummy_path_loads_dummy(cls, data):
-        if isinstance(data, dict) and str(data.get("model_path", "")).startswith(
-            P.DUMMY_MODEL_PREFIX
-        ):
+        if isinstance(data, dict) and P.dummy_shape(str(data.get("model_path", ""))) is not None:
             return {"load_format": P.LOAD_FORMAT_DUMMY, **data}
         return data
 
@@ -100,7 +98,7 @@ class ModelSpec(_Strict):
                 f"model_path '{self.model_path}' has no weights: drop load_format "
                 '(it defaults to "dummy" there) or set it to "dummy"'
             )
-        if self.is_shape_only and not self.model_path.removeprefix(P.DUMMY_MODEL_PREFIX):
+        if P.dummy_shape(self.model_path) == "":
             raise ValueError("model_path 'dummy:' names no shape: write e.g. 'dummy:qwen3-8b'")
         for backend, args in self.server_args.items():
             if "load_format" in args:

@@ -181,3 +181,12 @@ LOAD_FORMAT_DUMMY = "dummy"
 # A model_path "dummy:SHAPE" (e.g. "dummy:qwen3-8b") names a shape-only directory the model store
 # writes (sglang_ext/engine/dummy_model.py); it is always served with LOAD_FORMAT_DUMMY.
 DUMMY_MODEL_PREFIX = "dummy:"
+
+
+def dummy_shape(model_path: str) -> str | None:
+    """The shape a 'dummy:SHAPE' model path names ("dummy:Qwen3-8B" -> "qwen3-8b", "" for a bare
+    'dummy:'), else None. The one test of a weight-free model: config, launcher and store use it."""
+    path = model_path.strip()
+    if not path.lower().startswith(DUMMY_MODEL_PREFIX):
+        return None
+    return path[len(DUMMY_MODEL_PREFIX) :].strip().lower()

@@ -10,14 +10,13 @@ import pytest
 from experiments.bench_meta import device_name
 from experiments.bench_ttft import (
     BenchError,
-    format_table,
     order,
     parse_ints,
     parse_paths,
     pick_model,
-    summarize,
     worker_timing,
 )
+from experiments.ttft_summary import format_table, summarize
 from router.cluster import ClusterSpec
 
 
@@ -74,7 +73,46 @@ def test_summary_pairs_cold_and_warm_of_one_repetition():
     assert r["warm_over_cold"] == pytest.approx((0.8 + 0.5) / 2)
     assert r["warm_cached_tokens"] == 224 and r["cold_cached_tokens"] == 0
     table = format_table(s)
-    assert "| router | 256 | 2 | 55.0 | 35.0 | 20.0 | 0.650 | 224 / 0 |" in table
+    assert "| router | 256 | 2 | 55.0 | 35.0 | 20.0 | 0.650 | 224 / 0 | ? / ? |" in table
+    assert r["breakdown_ms"]["cold"]["bootstrap"] == "unknown"  # rows without worker timings
+
+
+def _timed(rep, cond, sent, prefill_queued, t):
+    """A dual-path row sent at Unix `sent` whose parts take t = (bootstrap, prefill queue,
+    prefill compute, KV transfer, first decode step, to router) seconds."""
+    c = [sent + sum(t[:i]) for i in range(len(t) + 1)]  # the seven cut points
+    timing = {
+        "prefill.queue_time": c[2] - c[1],
+        "prefill.forward_entry_time": c[2],
+        "prefill.prefill_finished_time": c[3],
+        "decode.queue_time": 0.001,
+        "decode.forward_entry_time": c[4] + 0.001,
+        "decode.response_sent_to_client_ts": c[5],
+    }
+    assert prefill_queued == c[1]
+    row = _row(rep, 512, cond, "dual", c[6] - sent)
+    return {**row, "sent_unix": sent, "first_token_unix": c[6], "worker_timing": timing}
+
+
+def test_summary_reports_the_median_pd_breakdown_per_condition():
+    cold = [(0.002, 0.001, 0.040, 0.004, 0.010, 0.001), (0.004, 0.001, 0.060, 0.006, 0.010, 0.001)]
+    warm = [(0.002, 0.001, 0.005, 0.004, 0.010, 0.001), (0.002, 0.001, 0.007, 0.004, 0.010, 0.001)]
+    rows = []
+    for rep, (c, w) in enumerate(zip(cold, warm)):
+        sent = 1.7e9 + 10 * rep
+        rows.append(_timed(rep, "cold", sent, sent + c[0], c))
+        rows.append(_timed(rep, "warm", sent + 5, sent + 5 + w[0], w))
+    (s,) = summarize(rows)
+    b = s["breakdown_ms"]
+    assert b["cold"]["prefill_compute"] == pytest.approx(50.0, abs=1e-3)
+    assert b["warm"]["prefill_compute"] == pytest.approx(6.0, abs=1e-3)
+    assert b["cold"]["bootstrap"] == pytest.approx(3.0, abs=1e-3)
+    assert b["cold"]["kv_transfer"] == pytest.approx(5.0, abs=1e-3)
+    assert b["warm"]["first_decode_step"] == pytest.approx(10.0, abs=1e-3)
+    assert b["cold"]["unattributed"] == pytest.approx(0.0, abs=1e-3)
+    assert b["cold"]["ttft"] == pytest.approx(s["cold_ttft_ms"], abs=1e-3)
+    row = next(x for x in format_table([s]).splitlines() if x.startswith("| dual"))
+    assert "| 50.0 / 6.0 |" in row and "| 5.0 / 4.0 |" in row and row.endswith("| 0.0 / 0.0 |")
 
 
 def test_worker_timing_prefixes_the_numbers_of_both_sides():
@@ -161,3 +199,9 @@ def test_bench_against_a_running_pd_pair_times_both_paths_and_hits_the_warmup(st
     assert summary["meta"]["device"].startswith("CPU") and summary["meta"]["model"] == "smollm2"
     assert summary["meta"]["rows_with_worker_timing"] == len(rows)  # the engine reports them
     assert "| dual | 40 | 2 |" in (out / "ttft.md").read_text()
+    dual = summary["summary"][1]["breakdown_ms"]
+    for cond in ("cold", "warm"):  # the engine reports every part on the dual path
+        assert all(isinstance(dual[cond][k], float) for k in ("prefill_compute", "kv_transfer"))
+    router = summary["summary"][0]["breakdown_ms"]["cold"]
+    assert router["prefill_compute"] == "unknown"  # the native router drains prefill's reply
+    assert isinstance(router["first_decode_step"], float)

@@ -235,6 +235,22 @@ def test_dummy_load_format_and_dummy_models(tmp_path):
     assert "set the model's own load_format" in err.message
 
 
+def test_one_predicate_names_a_dummy_model_for_config_and_store(tmp_path):
+    from sglang_ext.engine.model_store import resolve_model_path
+    from sglang_ext.protocol import dummy_shape
+
+    assert dummy_shape(" Dummy:Qwen3-Tiny ") == "qwen3-tiny"
+    assert dummy_shape("dummy:") == "" and dummy_shape("/models/dummy:x") is None
+    cfg = base()
+    cfg["models"]["m"] = {"model_path": "Dummy:Qwen3-Tiny"}  # the store reads it: so must we
+    spec = parse_config(json.dumps(cfg)).models["m"]
+    assert spec.is_shape_only and spec.load_format == "dummy"
+    assert resolve_model_path(spec.model_path).endswith("dummy-qwen3-tiny")
+    cfg["models"]["m"] = {"model_path": "dummy: "}
+    err = error_for(cfg, tmp_path)
+    assert err.path == "models.m" and "'dummy:' names no shape" in err.message
+
+
 def test_min_new_tokens_cannot_exceed_max_new_tokens(tmp_path):
     cfg = base()
     cfg["agents"][0]["sampling"] = {"max_new_tokens": 8, "min_new_tokens": 8, "ignore_eos": True}

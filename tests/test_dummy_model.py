@@ -9,15 +9,16 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoConfig, AutoTokenizer
 
 from launch.cli import main as cli_main
 from launch.procs import LaunchError
 from launch.stack import resolve_model
 from launch.worker_cmd import worker_argv
+from planning.model_memory import count_parameters
 from router.config import ModelSpec
 from sglang_ext.engine import model_store
-from sglang_ext.engine.dummy_model import PLACEHOLDER_NAME, SHAPES
+from sglang_ext.engine.dummy_model import PLACEHOLDER_NAME, QWEN3_VOCAB, hf_config
 from sglang_ext.engine.model import CausalLM
 from sglang_ext.engine.model_store import resolve_model_path
 from sglang_ext.server_args import parse_args
@@ -30,7 +31,6 @@ PUBLISHED_PARAMS = {
     "qwen3-14b": 14.77e9,
     "qwen3-32b": 32.76e9,
 }
-QWEN3_VOCAB = 151936
 
 
 @pytest.fixture(scope="module")
@@ -44,7 +44,7 @@ def test_dummy_model_dir_loads_in_transformers_with_a_valid_empty_safetensors(ti
     config = AutoConfig.from_pretrained(tiny_dir)
     tokenizer = AutoTokenizer.from_pretrained(tiny_dir)
     assert config.model_type == "qwen3" and config.architectures == ["Qwen3ForCausalLM"]
-    assert config.vocab_size == len(tokenizer) == 49152
+    assert config.vocab_size == len(tokenizer) == 49152  # tiny keeps the tokenizer's vocabulary
     assert (config.hidden_size, config.num_hidden_layers, config.head_dim) == (64, 2, 32)
     assert (
         config.eos_token_id
@@ -62,15 +62,24 @@ def test_dummy_model_dir_loads_in_transformers_with_a_valid_empty_safetensors(ti
 
 
 @pytest.mark.parametrize("shape", sorted(PUBLISHED_PARAMS))
-def test_real_shapes_have_the_published_parameter_counts(shape):
-    from sglang_ext.engine.dummy_model import QWEN3_COMMON
-
-    hp = {**QWEN3_COMMON, **SHAPES[shape], "vocab_size": QWEN3_VOCAB}
-    config = AutoConfig.for_model("qwen3", **{k: v for k, v in hp.items() if k != "model_type"})
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(config)
-    params = sum(p.numel() for p in model.parameters())
+def test_written_real_shapes_have_the_published_parameter_counts(shape, tmp_path):
+    # What `moa-pd dummy-model` writes, counted as the planner counts it (meta device).
+    out = tmp_path / shape
+    assert cli_main(["dummy-model", "--shape", shape, "--out", str(out)]) == 0
+    assert json.loads((out / "config.json").read_text())["vocab_size"] == QWEN3_VOCAB
+    params = count_parameters(str(out))
     assert abs(params - PUBLISHED_PARAMS[shape]) / PUBLISHED_PARAMS[shape] < 0.005, params
+
+
+def test_a_shape_smaller_than_its_tokenizer_is_refused():
+    class Tok:
+        bos_token_id = eos_token_id = pad_token_id = 0
+
+        def __len__(self):
+            return QWEN3_VOCAB + 1
+
+    with pytest.raises(ValueError, match="151936 vocabulary rows, fewer than the tokenizer's"):
+        hf_config("qwen3-8b", Tok())
 
 
 def test_qwen3_8b_shape_is_the_issues_shape(tmp_path):
@@ -104,6 +113,10 @@ def test_model_store_writes_a_dummy_shape_once(tmp_path):
     stamp = (path / "config.json").stat().st_mtime_ns
     assert resolve_model_path("dummy:Qwen3-Tiny", str(tmp_path)) == str(path)
     assert (path / "config.json").stat().st_mtime_ns == stamp  # not rewritten
+    config = json.loads((path / "config.json").read_text())
+    (path / "config.json").write_text(json.dumps({**config, "vocab_size": 1000}))  # an old write
+    assert resolve_model_path("dummy:qwen3-tiny", str(tmp_path)) == str(path)
+    assert json.loads((path / "config.json").read_text()) == config  # written again
     with pytest.raises(ValueError, match="unknown model shape 'qwen3-9b': use one of qwen3-tiny"):
         resolve_model_path("dummy:qwen3-9b", str(tmp_path))
     assert not (models / "dummy-qwen3-9b").exists()

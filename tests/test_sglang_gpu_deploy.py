@@ -3,8 +3,8 @@
 workers on one GPU, and settings #2 and #3 on the dummy 9-3-1 tree.
 
 An 80 GB card cannot hold the paper's 4B/8B/32B trio as three PD pairs (the 32B shape alone is
-~59 GiB of weights per worker), so the tree runs on the largest trio that fits: MOA_PD_GPU_TRIO
-(three shapes, e.g. "qwen3-4b,qwen3-8b,qwen3-14b") if set, else the first of TRIOS that
+~61 GiB of weights per worker), so the tree runs on the largest trio that fits: MOA_PD_GPU_TRIO
+(three different shapes, e.g. "qwen3-4b,qwen3-8b,qwen3-14b") if set, else the first of TRIOS that
 `moa-pd plan` accepts on the chosen GPU. The trio that ran is in the test output. With several
 GPUs the deployment is restricted (`--gpus`) to the one with most free memory. Answers are shortened tenfold (30/50/70 tokens, ignore_eos) to keep the run short.
 """
@@ -22,9 +22,11 @@ import pytest
 from sglang_real import deployment_cluster, greedy, pool_tokens, router_warmup
 from test_sglang_gpu import attention, dummy_model_dir, gpus, sglang_case  # noqa: F401
 
+from experiments.gpu.fit_config import fit
 from experiments.results import read_results
 from launch.gpus import query_gpus
 from launch.ports import port_in_use
+from planning.pool_need import pool_needs
 from router.config_loader import load_config, resolve_config_path
 from sglang_ext import protocol as P
 from sglang_ext.engine.dummy_model import SHAPES
@@ -70,12 +72,15 @@ def expected_attention(argv: list[str]) -> None:
         assert argv[argv.index("--attention-backend") + 1] == "triton", argv
 
 
-def check_workers_share_the_gpu(cluster: dict, gpu: int | None, need: int | None) -> None:
-    """Every worker on `gpu`, with dummy weights and the patch applied; while they run (need
-    given), each with a pool that holds the config's longest prompt plus its output."""
+def check_workers_share_the_gpu(
+    cluster: dict, gpu: int | None, needs: dict[tuple[str, str], int] | None
+) -> None:
+    """Every worker on `gpu`, with dummy weights and the patch applied; while they run (needs
+    given: planning's pool_needs of the config), each with a pool of at least its need."""
     for name, model in cluster["models"].items():
         for url, proc in model["processes"].items():
-            if not proc["name"].split(".")[-1].startswith(("prefill", "decode")):
+            role = proc["name"].split(".")[-1].rstrip("0123456789")
+            if role not in ("prefill", "decode"):
                 continue
             log = Path(proc["log"]).read_text(errors="replace")
             argv = log.splitlines()[0].split()
@@ -84,20 +89,8 @@ def check_workers_share_the_gpu(cluster: dict, gpu: int | None, need: int | None
             assert argv[argv.index("--load-format") + 1] == "dummy", (name, argv)
             expected_attention(argv)
             assert "moa-pd patch prefill_only_route applied" in log, proc["log"]
-            if need is not None:
-                assert pool_tokens(url) >= need, (name, url, need)
-
-
-def need_tokens(config: str) -> int:
-    """A pool that holds the config's longest request: an agent's precursors' answers, its own
-    answer, and a template's and a question's worth of tokens."""
-    cfg = load_config(config)
-    return max(
-        sum(cfg.sampling_of(p).max_new_tokens for p in cfg.precursors(a.id))
-        + cfg.sampling_of(a.id).max_new_tokens
-        + 512
-        for a in cfg.agents
-    )
+            if needs is not None:
+                assert pool_tokens(url) >= needs[(name, role)], (name, role, url, needs)
 
 
 # --- moa-pd up: one PD pair on one GPU --------------------------------------------------------
@@ -130,7 +123,8 @@ def test_up_places_the_pd_pair_on_one_gpu(single_up, gpu, gpus):  # noqa: F811
     cluster, _ = single_up
     (model,) = cluster["models"].values()
     assert len(model["prefill_urls"]) == len(model["decode_urls"]) == 1
-    check_workers_share_the_gpu(cluster, gpu, need_tokens(SINGLE))
+    # `moa-pd up`'s defaults: concurrency 1, the default question allowance.
+    check_workers_share_the_gpu(cluster, gpu, pool_needs([load_config(SINGLE)]))
     print(f"moa-pd up: PD pair on GPU {gpu}, attention {sglang_gpu.attention_backend()}")
 
 
@@ -159,17 +153,13 @@ def test_down_stops_the_pair(single_up):
 
 
 def trio_config(trio: tuple[str, str, str], out_dir: Path) -> Path:
-    """tree_9_3_1_dummy_gpu with its 4B/8B/32B shapes replaced by `trio` and every answer
-    LENGTH_DIVISOR times shorter."""
+    """tree_9_3_1_dummy_gpu with its 4B/8B/32B shapes replaced by `trio` (fit_config's swap) and
+    every answer LENGTH_DIVISOR times shorter."""
     raw = json.loads(resolve_config_path(TREE).read_text())
-    rename = dict(zip(("qwen3-4b", "qwen3-8b", "qwen3-32b"), trio, strict=True))
-    raw["name"] = f"{TREE}_{'_'.join(s.removeprefix('qwen3-') for s in trio)}"
-    raw["models"] = {
-        s: {"model_path": f"dummy:{s}", "load_format": "dummy"} for s in dict.fromkeys(trio)
-    }
+    mapping = dict(zip(("qwen3-4b", "qwen3-8b", "qwen3-32b"), trio, strict=True))
+    raw = fit(raw, mapping, suffix="_" + "_".join(s.removeprefix("qwen3-") for s in trio))
     raw["sampling"]["max_new_tokens"] //= LENGTH_DIVISOR
     for agent in raw["agents"]:
-        agent["model"] = rename[agent["model"]]
         for key in ("max_new_tokens", "min_new_tokens"):
             if key in agent.get("sampling", {}):
                 agent["sampling"][key] //= LENGTH_DIVISOR
@@ -193,8 +183,8 @@ def trio_tree(gpu, tmp_path_factory) -> tuple[tuple[str, ...], Path]:
     if env := os.environ.get(TRIO_ENV):
         trio = tuple(s.strip() for s in env.split(","))
         unknown = [s for s in trio if s not in SHAPES]
-        if len(trio) != 3 or unknown:
-            pytest.fail(f"{TRIO_ENV}={env!r}: name three shapes from {', '.join(SHAPES)}")
+        if len(set(trio)) != 3 or unknown:
+            pytest.fail(f"{TRIO_ENV}={env!r}: name three different shapes from {', '.join(SHAPES)}")
         return trio, trio_config(trio, out)
     for trio in TRIOS:
         path = trio_config(trio, out)
@@ -237,7 +227,7 @@ def test_run_settings_2_and_3_on_the_dummy_tree_on_one_gpu(trio_tree, gpu, gpus,
         for aid, a in r.agents.items():  # ignore_eos: every answer has its fixed length
             assert len(a.output_ids) == cfg.sampling_of(aid).max_new_tokens, (r.setting, aid)
     deployment = json.loads((out / "deployment" / "cluster.json").read_text())
-    assert set(deployment["models"]) == set(dict.fromkeys(trio))
+    assert set(deployment["models"]) == set(trio)
     check_workers_share_the_gpu(deployment, gpu, None)
     finals = [r.agents["final"] for r in rows if r.setting == 3]
     assert all(f.warmups > 0 and f.cached_tokens > 0 for f in finals)

@@ -61,6 +61,19 @@ def test_fa3_where_the_kernel_has_it_on_hopper(tmp_path, monkeypatch, flash_ops,
     assert gpu.worker_flags([]) == ([] if backend == "fa3" else list(gpu.TRITON_FLAGS))
 
 
+def test_a_hanging_nvidia_smi_means_no_fa3_not_a_hang(tmp_path, monkeypatch):
+    import time
+
+    fake_sgl_kernel(tmp_path, monkeypatch, True)
+    fake_nvidia_smi(tmp_path, monkeypatch, ["9.0"])
+    script = tmp_path / "bin" / "nvidia-smi"
+    script.write_text("#!/bin/sh\nexec sleep 30\n")
+    monkeypatch.setattr(gpu, "SMI_TIMEOUT_S", 0.5)
+    t0 = time.monotonic()
+    assert gpu.attention_backend() == "triton"
+    assert time.monotonic() - t0 < 10
+
+
 def test_no_sgl_kernel_means_triton(monkeypatch):
     monkeypatch.setattr(gpu.importlib.util, "find_spec", lambda name: None)
     assert not gpu.fa3_library_installed()

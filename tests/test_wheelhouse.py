@@ -1,11 +1,13 @@
 """`make wheelhouse` (launch/wheelhouse.py): the pinned sets, the platform tags, trimming a wheel
 with its RECORD, splitting into parts; and fit_config's shape swap for the GPU benchmark."""
 
+import argparse
 import zipfile
 
 import pytest
 
 from experiments.gpu.fit_config import fit, parse_map
+from launch import wheelhouse
 from launch.wheelhouse import (
     WheelhouseError,
     dist_key,
@@ -91,6 +93,28 @@ def test_parts_stay_under_the_limit_and_hold_every_wheel(tmp_path):
     assert len(parts) == 3
     with pytest.raises(WheelhouseError, match="a-1-py3-none-any.whl alone"):
         split_parts(wheels, 39 / 1024)
+
+
+def test_build_returns_where_the_split_moved_the_wheels(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(wheelhouse, "run", calls.append)  # no pip: the wheels are here already
+    for name, kib in {"a": 40, "b": 30, "c": 20}.items():
+        (tmp_path / f"{name}-1-py3-none-any.whl").write_bytes(b"x" * kib * 1024)
+    args = argparse.Namespace(
+        sglang="0.5.17",
+        python="3.12",
+        glibc="2.35",
+        out=str(tmp_path),
+        trim=False,
+        split_mib=50 / 1024,
+        with_torch=False,
+        no_project=True,
+        pip_python="python3",
+    )
+    got = wheelhouse.build(args)
+    assert len(calls) == 1 and len(got) == 3
+    assert all(w.is_file() and w.parent.name.startswith("part") for w in got)
+    assert not list(tmp_path.glob("*.whl"))
 
 
 def test_fit_config_swaps_shapes_and_renames_models_and_agents():

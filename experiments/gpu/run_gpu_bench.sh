@@ -51,7 +51,7 @@ if [[ $PROFILE == gpu ]]; then
     MB_MAX_LEN=${MB_MAX_LEN:-2048}
     TREE=${TREE:-tree_9_3_1_dummy_gpu}
     DENSE=${DENSE:-all_to_all_9_9_1_dummy_gpu}
-    # 4B/8B/32B as PD pairs need ~170 GiB of weights; 1.7B/4B/8B (~55 GiB) fit one H100 or H200.
+    # 4B/8B/32B as PD pairs need ~170 GiB of weights; 1.7B/4B/8B (~52 GiB) fit one H100 or H200.
     FIT_MAP=${FIT_MAP-qwen3-4b=qwen3-1.7b,qwen3-8b=qwen3-4b,qwen3-32b=qwen3-8b}
     N1=${N1:-2} N8=${N8:-8} C8=${C8:-8}
 elif [[ $PROFILE == cpu ]]; then
@@ -185,9 +185,10 @@ stage_settings() {
     fi
     local dense_args=()
     [[ $SETTINGS == *1* ]] && dense_args=(--config "$dense")
-    # One deployment for both concurrencies: its start is most of this stage's time.
+    # One deployment for both concurrencies: its start is most of this stage's time. Its KV pools
+    # are sized for the larger one (--concurrency), or a pool too small for C8 questions fails.
     timeout "$(cap 330)" "$PYTHON" -m launch.cli up --config "$tree" "${dense_args[@]}" --backend "$BACKEND" \
-        --run-dir "$dir/deploy" --detach || { archive settings_logs.tgz "$dir"; return 1; }
+        --concurrency "$C8" --run-dir "$dir/deploy" --detach || { archive settings_logs.tgz "$dir"; return 1; }
     local status=0 c n
     for c in 1 "$C8"; do
         n=$([[ $c == 1 ]] && echo "$N1" || echo "$N8")

@@ -12,14 +12,18 @@ import json
 import struct
 from pathlib import Path
 
-from sglang_ext.protocol import DUMMY_MODEL_PREFIX
-
 # The Qwen3 dense models' published config.json values (hub configs of Qwen/Qwen3-1.7B, -4B, -8B,
-# -14B, -32B; all: head_dim 128, 8 KV heads, RoPE base 1e6, 40,960 positions; the smaller ones
-# tie their embeddings). "qwen3-tiny" is a 2-layer
-# model of the same family for CPU tests. Vocabulary and special ids come from the tokenizer.
+# -14B, -32B; all: head_dim 128, 8 KV heads, RoPE base 1e6, 40,960 positions, a 151,936-row
+# vocabulary; the smaller ones tie their embeddings), so a shape has its published parameter count.
+# The SmolLM2 tokenizer's ids (< 49,152) all lie inside that vocabulary; ids it lacks decode to "".
+# "qwen3-tiny" is a 2-layer model of the same family for CPU tests, whose vocabulary is the
+# tokenizer's own 49,152 rows (not Qwen3's) to keep those tests fast. Special ids come from the
+# tokenizer.
+QWEN3_VOCAB = 151936
+SMOLLM2_VOCAB = 49152
 SHAPES: dict[str, dict] = {
     "qwen3-tiny": {
+        "vocab_size": SMOLLM2_VOCAB,
         "hidden_size": 64,
         "intermediate_size": 128,
         "num_hidden_layers": 2,
@@ -89,18 +93,12 @@ QWEN3_COMMON = {
     "use_sliding_window": False,
     "use_cache": True,
     "torch_dtype": "bfloat16",
+    "vocab_size": QWEN3_VOCAB,
 }
 # A safetensors file is an 8-byte little-endian header length and a JSON header; "{}" declares
 # no tensors. SGLang's dummy loader still looks for a weights file, and an empty file is invalid.
 PLACEHOLDER_NAME = "model.safetensors"
 PLACEHOLDER = struct.pack("<Q", 2) + b"{}"
-
-
-def shape_of(model_path: str) -> str | None:
-    """The shape a 'dummy:SHAPE' model path names ("dummy:qwen3-8b" -> "qwen3-8b"), else None."""
-    if not model_path.startswith(DUMMY_MODEL_PREFIX):
-        return None
-    return model_path.removeprefix(DUMMY_MODEL_PREFIX).strip().lower()
 
 
 def check_shape(shape: str) -> dict:
@@ -111,17 +109,30 @@ def check_shape(shape: str) -> dict:
 
 
 def hf_config(shape: str, tokenizer) -> dict:
-    """config.json of `shape`, its vocabulary and special ids those of `tokenizer`."""
-    hp = check_shape(shape)
+    """config.json of `shape` (its own vocabulary size), with the special ids of `tokenizer`."""
+    hp = {**QWEN3_COMMON, **check_shape(shape)}
+    if hp["vocab_size"] < len(tokenizer):
+        raise ValueError(
+            f"shape '{shape}' has {hp['vocab_size']} vocabulary rows, fewer than the tokenizer's "
+            f"{len(tokenizer)}: its token ids would fall outside the embedding"
+        )
     return {
-        **QWEN3_COMMON,
         **hp,
         "max_window_layers": hp["num_hidden_layers"],
-        "vocab_size": len(tokenizer),
         "bos_token_id": tokenizer.bos_token_id,
         "eos_token_id": tokenizer.eos_token_id,
         "pad_token_id": tokenizer.pad_token_id,
     }
+
+
+def is_current(shape: str, model_dir: Path) -> bool:
+    """Whether model_dir's config.json has every hyper-parameter `shape` has now (a directory
+    written by an older release, e.g. with the tokenizer's 49k vocabulary, is not)."""
+    try:
+        config = json.loads((Path(model_dir) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return all(config.get(k) == v for k, v in {**QWEN3_COMMON, **check_shape(shape)}.items())
 
 
 def write_dummy_model(shape: str, out_dir: Path, cache_dir: str | None = None) -> Path:

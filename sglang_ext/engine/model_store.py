@@ -23,7 +23,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
-from sglang_ext.engine.dummy_model import shape_of
+from sglang_ext.protocol import dummy_shape
 
 logger = logging.getLogger(__name__)
 
@@ -55,8 +55,8 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
             )
         return str(local)
     name = name_or_path.strip().lower().removeprefix("huggingfacetb/")
-    if (shape := shape_of(name)) is not None:
-        from sglang_ext.engine.dummy_model import check_shape, write_dummy_model
+    if (shape := dummy_shape(name)) is not None:
+        from sglang_ext.engine.dummy_model import check_shape, is_current, write_dummy_model
 
         check_shape(shape)  # a ValueError naming the shapes, before any directory is made
         root = Path(cache_dir) if cache_dir else default_cache_dir()
@@ -65,6 +65,7 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
                 root / "models",
                 DUMMY_DIR_PREFIX + shape,
                 lambda out: write_dummy_model(shape, out, cache_dir),
+                current=lambda d: is_current(shape, d),
             )
         )
     if name in SMOLLM2_NAMES:
@@ -79,22 +80,27 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
     )
 
 
-def _converted_dir(models_dir: Path, dirname: str, convert) -> Path:
-    """`models_dir/dirname`, made once by `convert(tmp_dir)` (atomic: a rename at the end)."""
+def _converted_dir(models_dir: Path, dirname: str, convert, current=lambda d: True) -> Path:
+    """`models_dir/dirname`, made once by `convert(tmp_dir)` (atomic: a rename at the end), and
+    made again where `current(dir)` says a finished one is out of date."""
     target = models_dir / dirname
-    if (target / DONE_MARKER).is_file():
+
+    def done() -> bool:
+        return (target / DONE_MARKER).is_file() and current(target)
+
+    if done():
         return target
     models_dir.mkdir(parents=True, exist_ok=True)
     # The lock makes a second worker wait for the first conversion instead of redoing it.
     with FileLock(str(models_dir / f"{dirname}.lock")):
-        if (target / DONE_MARKER).is_file():
+        if done():
             return target
         tmp = Path(tempfile.mkdtemp(prefix=f".{dirname}.", dir=models_dir))
         try:
             tmp.chmod(0o755)  # mkdtemp makes it owner-only
             convert(tmp)
             (tmp / DONE_MARKER).touch()
-            if target.exists():  # a half-written leftover from a crash before the marker
+            if target.exists():  # a leftover from a crash before the marker, or out of date
                 shutil.rmtree(target)
             tmp.rename(target)
         finally:

@@ -58,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def spec_from_args(a: argparse.Namespace) -> PDPairSpec:
     model_path, load_format = a.model_path, a.load_format
-    if model_path.startswith(P.DUMMY_MODEL_PREFIX):
+    if P.dummy_shape(model_path) is not None:
         # A shape-only model (e.g. dummy:qwen3-8b): SGLang gets the directory the model store
         # writes, always with random weights.
         from sglang_ext.engine.model_store import resolve_model_path

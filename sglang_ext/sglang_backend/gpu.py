@@ -11,10 +11,15 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import logging
 import shutil
 import subprocess
 from pathlib import Path
 
+logger = logging.getLogger(__name__)
+
+# nvidia-smi answers in well under a second; a hung driver must not hang the launcher.
+SMI_TIMEOUT_S = 10.0
 # What a worker runs with when FA3 is missing (measured working on an H200, SGLang 0.5.17).
 TRITON_FLAGS: tuple[str, ...] = (
     "--attention-backend",
@@ -39,15 +44,21 @@ def fa3_library_installed() -> bool:
 
 @functools.cache
 def gpus_are_hopper() -> bool:
-    """Every visible GPU is sm90 (FA3's only target); False if nvidia-smi cannot say."""
+    """Every visible GPU is sm90 (FA3's only target); False if nvidia-smi cannot say. Asked here
+    rather than through launch/gpus.py: sglang_ext does not import the launcher."""
     if shutil.which("nvidia-smi") is None:
         return False
-    out = subprocess.run(
-        ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
+    try:
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=SMI_TIMEOUT_S,
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:  # a wedged driver hangs nvidia-smi
+        logger.warning("nvidia-smi gave no compute capability (%s): assuming no FA3", e)
+        return False
     caps = [c.strip() for c in out.stdout.splitlines() if c.strip()]
     return out.returncode == 0 and bool(caps) and all(c.startswith("9.") for c in caps)
 
