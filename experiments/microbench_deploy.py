@@ -51,24 +51,23 @@ def worker_spec(
     host: str,
     server_args: dict[str, int | str],
     backend: str = "torch",
-    gpu_id: int | None = None,
     placed: WorkerPlacement | None = None,
     load_format: str = "auto",
 ) -> ProcSpec:
-    """One worker of `backend`: "torch" (the reference engine) or "sglang" (real SGLang: on
-    `gpu_id`, or without one on SGLang's CPU path with the flags and environment `moa-pd up
-    --backend sglang` gives it there; those fix its KV pool at cpu.py's size). placed: its
-    GPU placement (planning/), whose pool and GPU flags come last and win."""
+    """One worker of `backend`: "torch" (the reference engine) or "sglang" (real SGLang: on the
+    GPU(s) of `placed`, its placement (planning/), whose pool and GPU flags come last and win;
+    without one on SGLang's CPU path with the flags and environment `moa-pd up --backend
+    sglang` gives it there, which fix its KV pool at cpu.py's size)."""
     port = free_port(host)
     bport = free_port(host) if role == "prefill" else None
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    sglang_cpu = backend == "sglang" and gpu_id is None and placed is None
+    sglang_cpu = backend == "sglang" and placed is None
     if sglang_cpu:
         server_args = {k: v for k, v in server_args.items() if k != "max_total_tokens"}
     spec = ModelSpec(
         model_path=model_dir, load_format=load_format, server_args={backend: server_args}
     )
-    argv = worker_argv(backend, model_dir, spec, role, host, port, bport, gpu_id=gpu_id)
+    argv = worker_argv(backend, model_dir, spec, role, host, port, bport)
     if sglang_cpu:
         argv += cpu.worker_flags(role)
         env.update(cpu.worker_env(role))
