@@ -472,3 +472,69 @@ def test_the_microbench_packs_its_workers_onto_one_gpu(tmp_path, monkeypatch):
     fake_nvidia_smi(monkeypatch, tmp_path, 1, free_mib=20000)
     with pytest.raises(LaunchError, match="does not fit"):
         dep._placements(names)
+
+
+def test_the_microbench_restarts_on_a_stolen_port_and_checks_pools(tmp_path, monkeypatch):
+    """Deployment.up with a recorder in place of process starts: a worker whose port another
+    process took starts again with new ports (the router gets them), the router is waited on
+    until it routes, and a placed worker whose pool came up short fails the start."""
+    import experiments.microbench_deploy as md
+    from launch import pool_check, ports
+
+    fake_nvidia_smi(monkeypatch, tmp_path, 1, free_mib=140000)
+    model = qwen3_dir(tmp_path, "qwen3-4b")
+    stolen: set[int] = set()
+    started: list = []
+    routed: list[str] = []
+    short: set[str] = set()  # workers whose pool comes up short
+
+    def fake_start(spec, log_dir):
+        if not stolen:
+            stolen.add(spec.ports[0])  # taken by someone else between choice and start
+        started.append(spec)
+        return SimpleNamespace(spec=spec, pid=0)
+
+    def fake_wait_healthy(procs, timeout):
+        if any(port in stolen for p in procs for port in p.spec.ports):
+            raise LaunchError(f"{procs[0].spec.name} exited with code 1 during start-up")
+
+    def fake_pool_tokens(url):
+        names = {md.base_url(s): s.name for s in started}
+        return 100 if names[url] in short else need
+
+    monkeypatch.setattr(md, "start", fake_start)
+    monkeypatch.setattr(md, "wait_healthy", fake_wait_healthy)
+    monkeypatch.setattr(md, "stop_groups", lambda pids: None)
+    monkeypatch.setattr(md, "wait_routable", lambda url, timeout, proc: routed.append(url))
+    monkeypatch.setattr(ports, "port_in_use", lambda port, host="127.0.0.1": port in stolen)
+    monkeypatch.setattr(pool_check, "pool_tokens", fake_pool_tokens)
+
+    def deployment():
+        return md.Deployment(
+            model,
+            "127.0.0.1",
+            2048,
+            tmp_path / "logs",
+            backend="sglang",
+            variants=("incremental", "pd"),
+        )
+
+    dep = deployment()
+    need = dep.args["max_total_tokens"]
+    dep.up()
+    first, again, second, router = started
+    assert first.name == again.name and {first.name, second.name} == {"pd.prefill", "pd.decode"}
+    assert router.name == "router" and len(dep.procs) == 3
+    assert not set(again.ports) & set(first.ports) and not set(again.ports) & stolen
+    prefill = again if again.name == "pd.prefill" else second
+    assert dep.prefill_url == md.base_url(prefill)
+    assert md.base_url(prefill) in router.argv and str(prefill.ports[1]) in router.argv
+    assert routed == [dep.router_url]
+
+    started.clear()
+    short.add("pd.decode")
+    with pytest.raises(
+        LaunchError,
+        match=f"pd.decode started with a KV pool of 100 tokens, below the {need:,} the microbench sets",
+    ):
+        deployment().up()
