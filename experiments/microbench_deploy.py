@@ -8,13 +8,20 @@ from __future__ import annotations
 
 import json
 import sys
-import time
-import urllib.error
-import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
-from launch.ports import free_port
-from launch.procs import LaunchError, Proc, ProcSpec, start, stop_groups, wait_healthy
+from launch.pool_check import check_pool
+from launch.ports import free_port, start_with_fresh_ports
+from launch.procs import (
+    LaunchError,
+    Proc,
+    ProcSpec,
+    start,
+    stop_groups,
+    wait_healthy,
+    wait_routable,
+)
 from launch.worker_cmd import placement_flags, router_argv, worker_argv
 from planning.model_memory import model_memory
 from planning.pack import PlanError, place
@@ -51,24 +58,23 @@ def worker_spec(
     host: str,
     server_args: dict[str, int | str],
     backend: str = "torch",
-    gpu_id: int | None = None,
     placed: WorkerPlacement | None = None,
     load_format: str = "auto",
 ) -> ProcSpec:
-    """One worker of `backend`: "torch" (the reference engine) or "sglang" (real SGLang: on
-    `gpu_id`, or without one on SGLang's CPU path with the flags and environment `moa-pd up
-    --backend sglang` gives it there; those fix its KV pool at cpu.py's size). placed: its
-    GPU placement (planning/), whose pool and GPU flags come last and win."""
+    """One worker of `backend`: "torch" (the reference engine) or "sglang" (real SGLang: on the
+    GPU(s) of `placed`, its placement (planning/), whose pool and GPU flags come last and win;
+    without one on SGLang's CPU path with the flags and environment `moa-pd up --backend
+    sglang` gives it there, which fix its KV pool at cpu.py's size)."""
     port = free_port(host)
     bport = free_port(host) if role == "prefill" else None
     env = {"HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    sglang_cpu = backend == "sglang" and gpu_id is None and placed is None
+    sglang_cpu = backend == "sglang" and placed is None
     if sglang_cpu:
         server_args = {k: v for k, v in server_args.items() if k != "max_total_tokens"}
     spec = ModelSpec(
         model_path=model_dir, load_format=load_format, server_args={backend: server_args}
     )
-    argv = worker_argv(backend, model_dir, spec, role, host, port, bport, gpu_id=gpu_id)
+    argv = worker_argv(backend, model_dir, spec, role, host, port, bport)
     if sglang_cpu:
         argv += cpu.worker_flags(role)
         env.update(cpu.worker_env(role))
@@ -92,33 +98,17 @@ def base_url(spec: ProcSpec) -> str:
 
 
 def router_spec(prefill: ProcSpec, decode: ProcSpec, host: str) -> ProcSpec:
-    port = free_port(host)
+    port, metrics_port = free_port(host), free_port(host)
     argv = router_argv(
         [(base_url(prefill), prefill.ports[1])],
         [base_url(decode)],
         host,
         port,
         host,
-        free_port(host),
+        metrics_port,
         ["--health-check-interval-secs", "5", "--log-level", "warn"],
     )
-    return ProcSpec("router", argv, f"http://{host}:{port}/health", ports=[port])
-
-
-def wait_generate(url: str, timeout_s: float) -> None:
-    """The native router registers its workers in the background: wait for one generate."""
-    body = json.dumps({"input_ids": [1, 2, 3], "sampling_params": {"max_new_tokens": 1}}).encode()
-    deadline, last = time.monotonic() + timeout_s, ""
-    while time.monotonic() < deadline:
-        req = urllib.request.Request(f"{url}/generate", body, {"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=120) as resp:
-                if resp.status == 200:
-                    return
-        except (urllib.error.URLError, OSError) as e:
-            last = str(e)
-        time.sleep(0.5)
-    raise LaunchError(f"{url}/generate not answering after {timeout_s:.0f} s: {last}")
+    return ProcSpec("router", argv, f"http://{host}:{port}/health", ports=[port, metrics_port])
 
 
 class Deployment:
@@ -194,56 +184,90 @@ class Deployment:
         if "dp2_chunked" in v:
             chunked_args = {**a, "chunked_prefill_size": DP_CHUNK_TOKENS}
             groups["chunked"] = [(f"dp_chunked{i}", "null", chunked_args) for i in range(2)]
-        placed = self._placements([name for rows in groups.values() for name, _, _ in rows])
-        specs = {
-            g: [
-                worker_spec(
-                    name,
-                    self.model_dir,
-                    role,
-                    h,
-                    args,
-                    self.backend,
-                    placed=placed[name],
-                    load_format=self.load_format,
-                )
-                for name, role, args in rows
-            ]
-            for g, rows in groups.items()
-        }
+        rows = {name: (g, role, args) for g, rs in groups.items() for name, role, args in rs}
+        placed = self._placements(list(rows))
+
+        def build(name: str) -> ProcSpec:  # new ports on every call
+            _, role, args = rows[name]
+            return worker_spec(
+                name,
+                self.model_dir,
+                role,
+                h,
+                args,
+                self.backend,
+                placed=placed[name],
+                load_format=self.load_format,
+            )
+
+        specs = {name: build(name) for name in rows}
         # Workers load their weights at once, except those sharing a GPU: one turn after another
-        # (each sizes its pool from the memory free at its start). The chunked pair is waited for
-        # on its own, so an engine without chunked prefill skips that variant instead of failing.
+        # (each sizes its pool from the memory free at its start). The chunked pair starts on
+        # its own, so an engine without chunked prefill skips that variant instead of failing.
         turn = {n: (w.turn if w else 0) for n, w in placed.items()}
-        started: dict[str, list[Proc]] = {g: [] for g in specs}
+        chunked_names = {n for n, _, _ in groups.get("chunked", [])}
         for t in sorted(set(turn.values())):
-            now = {
-                g: [start(s, self.log_dir) for s in grp if turn[s.name] == t]
-                for g, grp in specs.items()
-            }
-            self.procs += [p for group in now.values() for p in group]
-            for g, procs in now.items():
-                started[g] += procs
-            if t < max(turn.values()):  # a later turn needs this one loaded
-                wait_healthy([p for group in now.values() for p in group], self.timeout)
-        wait_healthy(started.get("pd", []) + started.get("dp", []), self.timeout)
-        if started.get("chunked"):
-            try:
-                wait_healthy(started["chunked"], self.timeout)
-                self.dp_chunked_urls = [base_url(s) for s in specs["chunked"]]
-            except LaunchError as e:
-                self.skipped["dp2_chunked"] = (
-                    f"--chunked-prefill-size {DP_CHUNK_TOKENS} replicas did not start: {e}"
-                )
-                print(f"dp2_chunked skipped: {self.skipped['dp2_chunked']}", file=sys.stderr)
-        self.dp_urls = [base_url(s) for s in specs.get("dp", [])]
-        if "pd" in specs:
-            prefill, decode = specs["pd"]
-            router = start(router_spec(prefill, decode, h), self.log_dir)
-            self.procs.append(router)
-            wait_healthy([router], self.timeout)
+            now = [n for n in rows if turn[n] == t]
+            self._start_phase([n for n in now if n not in chunked_names], specs, build, placed)
+            chunked = [n for n in now if n in chunked_names]
+            if chunked and "dp2_chunked" not in self.skipped:
+                try:
+                    self._start_phase(chunked, specs, build, placed)
+                except LaunchError as e:
+                    done = [p for p in self.procs if p.spec.name in chunked_names]
+                    stop_groups([p.pid for p in done])  # one of the pair is no variant
+                    self.procs = [p for p in self.procs if p not in done]
+                    self.skipped["dp2_chunked"] = (
+                        f"--chunked-prefill-size {DP_CHUNK_TOKENS} replicas did not start: {e}"
+                    )
+                    print(f"dp2_chunked skipped: {self.skipped['dp2_chunked']}", file=sys.stderr)
+        self.dp_urls = [base_url(specs[n]) for n, _, _ in groups.get("dp", [])]
+        if "chunked" in groups and "dp2_chunked" not in self.skipped:
+            self.dp_chunked_urls = [base_url(specs[n]) for n, _, _ in groups["chunked"]]
+        if "pd" in groups:
+            prefill, decode = specs["pd.prefill"], specs["pd.decode"]
+            specs["router"] = router_spec(prefill, decode, h)
+            self._start_phase(["router"], specs, lambda _: router_spec(prefill, decode, h), {})
+            router = self.procs[-1]
             self.prefill_url, self.router_url = base_url(prefill), base_url(router.spec)
-            wait_generate(self.router_url, self.timeout)
+            wait_routable(self.router_url, self.timeout, router)
+
+    def _start_phase(
+        self,
+        names: list[str],
+        specs: dict[str, ProcSpec],
+        build: Callable[[str], ProcSpec],
+        placed: dict[str, WorkerPlacement | None],
+    ) -> None:
+        """Start the named specs and wait until healthy, with new ports where another process
+        took one (launch.ports.start_with_fresh_ports, as `moa-pd up`); specs gets the rebuilt
+        ones. A worker placed on a GPU must come up with the pool the benchmark sets."""
+
+        def start_all(batch: list[ProcSpec]) -> None:
+            started = [start(s, self.log_dir) for s in batch]
+            self.procs += started
+            try:
+                wait_healthy(started, self.timeout)
+                for p in started:
+                    if placed.get(p.spec.name) is not None:
+                        check_pool(
+                            p,
+                            self.args["max_total_tokens"],
+                            "the microbench sets (two of its longest sequences)",
+                            "give it more memory (fewer --variants, a GPU with more free "
+                            "memory) or lower --max-len",
+                        )
+            except LaunchError:
+                stop_groups([p.pid for p in started])  # so their ports tell who else holds one
+                self.procs = [p for p in self.procs if p not in started]
+                raise
+
+        def renew(_taken: list[int], again: list[str]) -> list[ProcSpec]:
+            specs.update({n: build(n) for n in again})
+            return [specs[n] for n in again]
+
+        if names:
+            start_with_fresh_ports([specs[n] for n in names], self.host, start_all, renew)
 
     def down(self) -> None:
         stop_groups([p.pid for p in reversed(self.procs)])

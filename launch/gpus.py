@@ -1,8 +1,10 @@
-"""The GPUs placement may use: nvidia-smi's table (index, name, total and free MiB), narrowed by
-`--gpus`, or an assumed one (`--gpu-memory 2x80GiB`) to plan on a machine without GPUs."""
+"""The GPUs placement may use: nvidia-smi's table (index, name, total and free MiB), narrowed to
+an inherited CUDA_VISIBLE_DEVICES and by `--gpus`, or an assumed one (`--gpu-memory 2x80GiB`) to
+plan on a machine without GPUs."""
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -18,15 +20,25 @@ def has_nvidia_gpus() -> bool:
 
 
 def query_gpus() -> list[GPU]:
-    """Every GPU nvidia-smi lists, with the memory free now."""
+    """Every GPU nvidia-smi lists, with the memory free now; only those an inherited
+    CUDA_VISIBLE_DEVICES names, where it is set (visible_indices)."""
     if shutil.which("nvidia-smi") is None:
         raise LaunchError(
             "--backend sglang needs NVIDIA GPUs, but nvidia-smi is not on PATH; "
             "use --backend torch on machines without a GPU, or plan with --gpu-memory 1x80GiB"
         )
+    gpus = parse_nvidia_smi(_nvidia_smi(QUERY))
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return gpus
+    by_index = {g.index: g for g in gpus}
+    return [by_index[i] for i in visible_indices(visible, gpus)]
+
+
+def _nvidia_smi(query: str) -> str:
     try:
-        out = subprocess.run(
-            ["nvidia-smi", QUERY, "--format=csv,noheader,nounits"],
+        return subprocess.run(
+            ["nvidia-smi", query, "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             check=True,
@@ -34,7 +46,55 @@ def query_gpus() -> list[GPU]:
         ).stdout
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
         raise LaunchError(f"nvidia-smi failed: {getattr(e, 'stderr', '') or e}") from None
-    return parse_nvidia_smi(out)
+
+
+def visible_indices(visible: str, gpus: list[GPU]) -> list[int]:
+    """The nvidia-smi indices of the GPUs CUDA_VISIBLE_DEVICES=`visible` names, in its order.
+
+    nvidia-smi ignores CUDA_VISIBLE_DEVICES, and placed workers get their own
+    (CUDA_DEVICE_ORDER=PCI_BUS_ID, CUDA_VISIBLE_DEVICES=<their GPUs>), so the user's would be
+    lost: placement keeps to the GPUs it names instead. Entries are indices, read in nvidia-smi's
+    (PCI bus) order, which is CUDA's under CUDA_DEVICE_ORDER=PCI_BUS_ID and on a node of one GPU
+    model; GPU UUIDs (GPU-..., or a unique prefix, as CUDA accepts) are looked up in nvidia-smi.
+    MIG instances (MIG-...) cannot be placed on and are refused."""
+    entries = [e.strip() for e in visible.split(",")]
+    if not any(entries):
+        raise LaunchError(
+            "CUDA_VISIBLE_DEVICES is set but empty, so CUDA sees no GPU; unset it, or list the "
+            "GPUs to use (e.g. CUDA_VISIBLE_DEVICES=0,1, or --gpus 0,1)"
+        )
+    uuids: dict[str, int] | None = None
+    indices: list[int] = []
+    for entry in entries:
+        if entry.isdigit():
+            index = int(entry)
+        elif entry.upper().startswith("GPU-"):
+            if uuids is None:
+                uuids = _uuids()
+            found = [i for u, i in uuids.items() if u.lower().startswith(entry.lower())]
+            index = found[0] if len(found) == 1 else -1
+        else:
+            raise LaunchError(
+                f"CUDA_VISIBLE_DEVICES={visible}: cannot place workers on {entry!r}; give GPU "
+                "indices or GPU UUIDs (MIG instances are not supported), or unset it"
+            )
+        if index not in {g.index for g in gpus}:
+            raise LaunchError(
+                f"CUDA_VISIBLE_DEVICES={visible} names {entry!r}, which is none of the GPUs "
+                f"nvidia-smi lists ({sorted(g.index for g in gpus)}); fix or unset it"
+            )
+        indices.append(index)
+    return list(dict.fromkeys(indices))
+
+
+def _uuids() -> dict[str, int]:
+    """{GPU UUID: nvidia-smi index}."""
+    out = _nvidia_smi("--query-gpu=uuid,index")
+    rows = [line.split(",") for line in out.splitlines() if line.strip()]
+    try:
+        return {uuid.strip(): int(index) for uuid, index in rows}
+    except ValueError:
+        raise LaunchError(f"cannot read nvidia-smi's GPU UUIDs from {rows!r}") from None
 
 
 def parse_nvidia_smi(text: str) -> list[GPU]:

@@ -31,13 +31,26 @@ def check_pools(procs: list[Proc], needs: dict[tuple[str, str], int], concurrenc
     for p in procs:
         model, worker = p.spec.name.rsplit(".", 1)
         need = needs.get((model, worker.rstrip("0123456789")))
-        if need is None or not p.spec.health_url:
+        if need is None:
             continue
-        have = pool_tokens(p.spec.health_url.removesuffix("/health"))
-        if have < need:
-            raise LaunchError(
-                f"{p.spec.name} started with a KV pool of {have:,} tokens, below the {need:,} "
-                f"its config's agents need at concurrency {concurrency} (their prompts and "
-                "outputs in flight at once); give it more memory (fewer workers per GPU, --gpus), "
-                "raise max_total_tokens in the config's server_args, or lower --concurrency"
-            )
+        check_pool(
+            p,
+            need,
+            f"its config's agents need at concurrency {concurrency} (their prompts and outputs "
+            "in flight at once)",
+            "give it more memory (fewer workers per GPU, --gpus), raise max_total_tokens in the "
+            "config's server_args, or lower --concurrency",
+        )
+
+
+def check_pool(proc: Proc, need: int, needed_by: str, fix: str) -> None:
+    """Raise when proc's pool is below `need` tokens: "{name} started with a KV pool of N
+    tokens, below the {need} {needed_by}; {fix}"."""
+    if not proc.spec.health_url:
+        return
+    have = pool_tokens(proc.spec.health_url.removesuffix("/health"))
+    if have < need:
+        raise LaunchError(
+            f"{proc.spec.name} started with a KV pool of {have:,} tokens, below the {need:,} "
+            f"{needed_by}; {fix}"
+        )

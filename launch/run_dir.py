@@ -22,9 +22,22 @@ LOCK = ".up.lock"
 
 
 def recorded(run_dir: Path) -> list[dict]:
-    """The processes RUN_DIR/processes.json records (none when it has none)."""
+    """The processes RUN_DIR/processes.json records (none when it has none). LaunchError for
+    rows without a create_time (an older moa-pd recorded `start_ticks`): whether those pids are
+    still its processes cannot be told, so nothing is stopped or taken over, and the file stays."""
     path = Path(run_dir) / PIDFILE
-    return json.loads(path.read_text()) if path.exists() else []
+    rows = json.loads(path.read_text()) if path.exists() else []
+    # A null create_time is ours too: the process had exited when the file was written.
+    old = [r for r in rows if "create_time" not in r]
+    if old:
+        pids = " ".join(str(r["pid"]) for r in old)
+        names = ", ".join(f"{r.get('name', '?')} (pid {r['pid']})" for r in old)
+        raise LaunchError(
+            f"{path} was written by an older moa-pd (no create_time for {names}), so whether "
+            f"these pids are still its processes cannot be told. Check with `ps -o pid,lstart,"
+            f"cmd -p {pids}`, stop those that are its with `kill {pids}`, then delete {path}"
+        )
+    return rows
 
 
 def alive(rows: list[dict]) -> list[dict]:
@@ -51,7 +64,11 @@ def claim(run_dir: Path) -> IO:
     except BlockingIOError:
         lock.close()
         raise _refusal(run_dir, alive(recorded(run_dir))) from None
-    live = alive(recorded(run_dir))
+    try:
+        live = alive(recorded(run_dir))
+    except LaunchError:
+        lock.close()
+        raise
     if live:
         lock.close()
         raise _refusal(run_dir, live)

@@ -28,6 +28,7 @@ from launch.procs import (
 )
 from launch.run_dir import claim, mark_stopped, processes_to_stop
 from launch.worker_cmd import placement_flags, router_argv, worker_argv
+from planning.pool_need import unused_models
 from planning.types import Placement
 from router.api_key import KEY_FILE, write_key_file
 from router.cluster import create_time
@@ -73,7 +74,10 @@ class ModelPlan:
 
 
 def merge_models(configs: list[TopologyConfig]) -> dict[str, ModelSpec]:
-    """The models of all configs; one name must mean one model everywhere."""
+    """The models of all configs; one name must mean one model everywhere, and each must be
+    used by an agent (placement sizes a worker's pool by its agents)."""
+    if unused := unused_models(configs):
+        raise LaunchError(unused)
     models: dict[str, ModelSpec] = {}
     for cfg in configs:
         for name, spec in cfg.models.items():

@@ -29,14 +29,13 @@ def server_argv(
     port: int,
     bootstrap_port: int | None = None,
     tokenizer_path: str | None = None,
-    gpu_id: int | None = None,
     extra: Sequence[str] = (),
     patched: bool = True,
 ) -> list[str]:
     """One worker's command line: our launcher for either backend, or (patched=False, the
     negative control of the tests on real SGLang) SGLang's own `python -m sglang.launch_server`.
     role: "null" (a plain server), "prefill" or "decode" (PD over NIXL). The one place this
-    command line is built."""
+    command line is built; a GPU worker's device comes from placement_flags."""
     if backend == "sglang" and not patched:
         argv = [sys.executable, "-m", "sglang.launch_server"]
     else:
@@ -50,8 +49,6 @@ def server_argv(
     argv += ["--host", host, "--port", str(port)]
     if bootstrap_port is not None:
         argv += ["--disaggregation-bootstrap-port", str(bootstrap_port)]
-    if gpu_id is not None:
-        argv += ["--base-gpu-id", str(gpu_id)]
     return argv + list(extra)
 
 
@@ -64,7 +61,6 @@ def worker_argv(
     port: int,
     bootstrap_port: int | None,
     tokenizer_path: str | None = None,
-    gpu_id: int | None = None,
 ) -> list[str]:
     """A deployment's prefill or decode worker, with the config's load_format (SGLang's
     --load-format, which the reference engine honours too) and server_args for `backend`."""
@@ -77,7 +73,6 @@ def worker_argv(
         port,
         bootstrap_port,
         tokenizer_path,
-        gpu_id,
         load + server_arg_flags(spec.server_args.get(backend, {})),
     )
 
@@ -124,9 +119,10 @@ def placement_flags(w: WorkerPlacement) -> tuple[list[str], dict[str, str]]:
         "--mem-fraction-static",
         f"{w.mem_fraction_static:.3f}",
     ]
-    if w.demand.tp == 1:
-        return flags + ["--base-gpu-id", str(w.gpus[0])], {}
-    # TP ranks take consecutive devices from --base-gpu-id: make the placed GPUs exactly those,
-    # numbered in nvidia-smi's (PCI bus) order.
+    if w.demand.tp > 1:
+        flags += ["--tp-size", str(w.demand.tp)]
+    # Placement numbers GPUs as nvidia-smi does (PCI bus order, all of the node's); CUDA numbers
+    # them fastest first and within the inherited CUDA_VISIBLE_DEVICES. So every placed worker
+    # sees exactly its GPUs, in nvidia-smi's order, and its ranks start at the first of them.
     env = {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": ",".join(map(str, w.gpus))}
-    return flags + ["--tp-size", str(w.demand.tp), "--base-gpu-id", "0"], env
+    return flags + ["--base-gpu-id", "0"], env

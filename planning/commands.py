@@ -11,7 +11,7 @@ from rich.console import Console
 from launch.procs import LaunchError
 from planning.deployment import ModelToPlace, plan_deployment
 from planning.model_memory import ModelConfigError
-from planning.pack import HEADROOM_MIB, PlanError
+from planning.pack import HEADROOM_MIB, MIN_HEADROOM_MIB, PlanError
 from planning.pool_need import DEFAULT_QUESTION_TOKENS
 from planning.table import placement_tables
 from planning.types import POLICIES, Placement, Policy
@@ -66,7 +66,7 @@ def add_placement_args(
         type=int,
         default=HEADROOM_MIB,
         help="memory per worker and GPU beyond weights and KV pool: CUDA context and graphs, "
-        f"activations (default {HEADROOM_MIB})",
+        f"activations (default {HEADROOM_MIB}, at least {MIN_HEADROOM_MIB})",
     )
     if not assumed:
         return

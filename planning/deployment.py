@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from planning.model_memory import ModelConfigError, model_memory
-from planning.pack import HEADROOM_MIB, PlanError, choose_tp, place
-from planning.pool_need import DEFAULT_QUESTION_TOKENS, pool_needs
+from planning.pack import HEADROOM_MIB, PlanError, check_headroom, choose_tp, place
+from planning.pool_need import DEFAULT_QUESTION_TOKENS, pool_needs, unused_models
 from planning.types import GPU, Placement, Policy, WorkerDemand
 from router.config import ModelSpec, TopologyConfig
 
@@ -29,6 +29,8 @@ def worker_demands(
 ) -> list[WorkerDemand]:
     """Every prefill and decode replica of every model, with its tp (the config's tp_size, else
     the smallest that fits one of `gpus`)."""
+    if unused := unused_models(configs):  # its pool would be 0 (--max-total-tokens 0)
+        raise PlanError(unused)
     needs = pool_needs(configs, concurrency, question_tokens)
     demands = []
     for m in models:
@@ -68,7 +70,6 @@ def plan_deployment(
     """The placement of every worker on `gpus`, or PlanError naming what does not fit."""
     if concurrency < 1:
         raise PlanError(f"--concurrency must be at least 1, got {concurrency}")
-    if headroom_mib < 0:
-        raise PlanError(f"--gpu-headroom-mib must be >= 0, got {headroom_mib}")
+    check_headroom(headroom_mib)  # before choose_tp uses it
     demands = worker_demands(models, configs, gpus, concurrency, question_tokens, headroom_mib)
     return place(demands, gpus, policy, concurrency, headroom_mib)

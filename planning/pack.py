@@ -20,10 +20,24 @@ CUDA_CONTEXT_MIB = 768
 # What loading adds beyond the weights (temporary buffers, RoPE caches, cuBLAS workspaces) that
 # SGLang sees as used when it measures free memory after loading; part of the static fraction.
 LOAD_SLACK_MIB = 1024
+# The least headroom a plan may reserve: mem_fraction_static takes the CUDA context and the
+# loading slack out of it, so a smaller one gives SGLang a fraction of 1 or more (refused).
+MIN_HEADROOM_MIB = CUDA_CONTEXT_MIB + LOAD_SLACK_MIB
 
 
 class PlanError(ValueError):
     """A deployment that does not fit the GPUs; the message names model, GPU, need and free."""
+
+
+def check_headroom(headroom_mib: int) -> None:
+    """PlanError unless the headroom covers what mem_fraction_static takes out of it."""
+    if headroom_mib < MIN_HEADROOM_MIB:
+        raise PlanError(
+            f"--gpu-headroom-mib {headroom_mib} is below the minimum {MIN_HEADROOM_MIB}: each "
+            f"worker's CUDA context ({CUDA_CONTEXT_MIB} MiB) and what loading allocates "
+            f"({LOAD_SLACK_MIB} MiB) come out of it; give --gpu-headroom-mib {MIN_HEADROOM_MIB} "
+            f"or more (default {HEADROOM_MIB})"
+        )
 
 
 def choose_tp(d: WorkerDemand, gpus: list[GPU], headroom_mib: int = HEADROOM_MIB) -> int:
@@ -52,6 +66,7 @@ def place(
     headroom_mib: int = HEADROOM_MIB,
 ) -> Placement:
     """Each demand (with its tp set) onto tp GPUs, or PlanError before anything starts."""
+    check_headroom(headroom_mib)
     if not gpus:
         raise PlanError("no GPU to place workers on; check --gpus and nvidia-smi")
     headroom = headroom_mib * MIB
@@ -90,6 +105,12 @@ def place(
         turn = max(depth[i] for i in chosen)
         free_at_turn = min(by_index[i].free_mib * MIB - used[i] for i in chosen)
         fraction = mem_fraction_static(d, pool, free_at_turn)
+        if fraction >= 1:  # SGLang refuses it; only a headroom near the minimum comes here
+            raise PlanError(
+                f"{d.name} on GPU {','.join(map(str, chosen))}: its weights and KV pool leave "
+                f"no room for the CUDA context and loading (--mem-fraction-static "
+                f"{fraction:.3f} >= 1); raise --gpu-headroom-mib (now {headroom_mib})"
+            )
         plan.workers.append(WorkerPlacement(d, chosen, pool, turn, fraction))
         for i in chosen:
             used[i] += d.bytes_per_gpu(pool, headroom)

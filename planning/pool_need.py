@@ -73,6 +73,20 @@ def max_weight_antichain(cfg: TopologyConfig, weight: dict[str, int]) -> int:
     return round(res.fun)
 
 
+def unused_models(configs: list[TopologyConfig]) -> str | None:
+    """Why the configs cannot be deployed when a model they declare is used by none of their
+    agents (it would start workers with no pool to size), else None."""
+    used = {a.model for cfg in configs for a in cfg.agents}
+    for cfg in configs:
+        for model in cfg.models:
+            if model not in used:
+                return (
+                    f"{cfg.name}: model '{model}' is declared but no agent uses it; remove it "
+                    "from models (or give it an agent)"
+                )
+    return None
+
+
 def pool_needs(
     configs: list[TopologyConfig],
     concurrency: int = 1,

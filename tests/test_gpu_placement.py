@@ -58,13 +58,17 @@ def qwen3_dir(root: Path, shape: str) -> str:
 
 
 def fake_nvidia_smi(monkeypatch, folder: Path, n: int, free_mib: int = 81000) -> None:
-    """An `nvidia-smi` on PATH printing n H100 rows of the CSV launch.gpus asks for."""
+    """An `nvidia-smi` on PATH printing n H100 rows of the CSV launch.gpus asks for (GPU i's
+    UUID is GPU-0000000i-..., for the uuid query); no CUDA_VISIBLE_DEVICES inherited."""
     rows = "".join(f"{i}, NVIDIA H100 80GB HBM3, 81559, {free_mib}\\n" for i in range(n))
+    uuids = "".join(f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd, {i}\\n" for i in range(n))
     exe = folder / "bin" / "nvidia-smi"
     exe.parent.mkdir(parents=True, exist_ok=True)
-    exe.write_text(f"#!/bin/sh\nprintf '{rows}'\n")
+    script = f"case \"$*\" in *uuid*) printf '{uuids}';; *) printf '{rows}';; esac"
+    exe.write_text(f"#!/bin/sh\n{script}\n")
     exe.chmod(0o755)
     monkeypatch.setenv("PATH", f"{exe.parent}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
 
 
 @pytest.fixture(scope="module")
@@ -186,6 +190,42 @@ def test_nvidia_smi_table_and_gpu_selection():
         assumed_gpus("eighty")
 
 
+def test_an_inherited_cuda_visible_devices_narrows_the_gpus(tmp_path, monkeypatch):
+    """nvidia-smi lists every GPU of the node; placement keeps to those CUDA_VISIBLE_DEVICES
+    names (by index or UUID), since each placed worker gets its own CUDA_VISIBLE_DEVICES."""
+    from launch.gpus import query_gpus
+
+    fake_nvidia_smi(monkeypatch, tmp_path, 4)
+    assert [g.index for g in query_gpus()] == [0, 1, 2, 3]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,2")
+    assert [g.index for g in query_gpus()] == [3, 2]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-00000001,GPU-00000002-aaaa")
+    assert [g.index for g in query_gpus()] == [1, 2]
+    for bad, msg in (
+        ("", "set but empty"),
+        ("7", "names '7', which is none of the GPUs nvidia-smi lists"),
+        ("GPU-0000", "names 'GPU-0000'"),  # a prefix of several UUIDs
+        ("MIG-1234", "MIG instances are not supported"),
+    ):
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", bad)
+        with pytest.raises(LaunchError, match=msg):
+            query_gpus()
+
+
+def test_every_placed_worker_sees_only_its_gpus_in_pci_bus_order(pair_8b):
+    """CUDA numbers GPUs fastest-first and within an inherited CUDA_VISIBLE_DEVICES; placement
+    numbers them as nvidia-smi does. So a worker on GPU 1 (tp=1 too) sees only GPU 1, in PCI
+    bus order, as its device 0."""
+    from launch.worker_cmd import placement_flags
+
+    p = plan(pair_8b, "2x80GiB", policy="one-per-worker")
+    for w in p.workers:
+        flags, env = placement_flags(w)
+        assert flags[flags.index("--base-gpu-id") + 1] == "0" and "--tp-size" not in flags
+        assert env == {"CUDA_DEVICE_ORDER": "PCI_BUS_ID", "CUDA_VISIBLE_DEVICES": str(w.gpus[0])}
+    assert sorted(placement_flags(w)[1]["CUDA_VISIBLE_DEVICES"] for w in p.workers) == ["0", "1"]
+
+
 def test_a_pd_pair_shares_one_gpu_in_turns(pair_8b):
     p = plan(pair_8b, "1x80GiB")
     prefill, decode = p.worker("smollm2.prefill0"), p.worker("smollm2.decode0")
@@ -241,10 +281,40 @@ def test_tensor_parallel_for_a_model_bigger_than_one_gpu(tmp_path):
     from launch.worker_cmd import placement_flags
 
     flags, env = placement_flags(p.workers[0])
-    assert flags[flags.index("--tp-size") + 1] == "2" and "--base-gpu-id" in flags
+    assert flags[flags.index("--tp-size") + 1] == "2"
+    assert flags[flags.index("--base-gpu-id") + 1] == "0"
     assert env["CUDA_VISIBLE_DEVICES"] in ("0,1", "2,3")
+    assert env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     with pytest.raises(PlanError, match="model 'big' does not fit"):
         choose_tp(d, assumed_gpus("1x40GiB"))
+
+
+def test_a_headroom_below_what_the_fraction_reserves_is_refused(pair_8b):
+    """--mem-fraction-static takes the CUDA context and the loading slack out of the headroom:
+    below their sum a plan would give SGLang a fraction >= 1, which it rejects."""
+    from planning.pack import MIN_HEADROOM_MIB
+
+    assert MIN_HEADROOM_MIB == 1792
+    with pytest.raises(LaunchError, match="--gpu-headroom-mib 1000 is below the minimum 1792"):
+        plan(pair_8b, "1x80GiB", headroom_mib=1000)
+    with pytest.raises(PlanError, match="--gpu-headroom-mib 0 is below"):
+        place([], assumed_gpus("1x80GiB"), headroom_mib=0)
+    # At the minimum, a worker alone on its GPU grows its pool into everything: fraction 1.
+    with pytest.raises(
+        LaunchError, match=r"--mem-fraction-static 1\.000 >= 1.*raise --gpu-headroom"
+    ):
+        plan(pair_8b, "2x80GiB", policy="one-per-worker", headroom_mib=MIN_HEADROOM_MIB)
+    fractions = [w.mem_fraction_static for w in plan(pair_8b, "1x80GiB", headroom_mib=1792).workers]
+    assert all(0 < f < 1 for f in fractions)
+
+
+def test_a_model_no_agent_uses_is_refused(pair_8b, tmp_path):
+    raw = json.loads(Path(pair_8b).read_text())
+    raw["models"]["spare"] = dict(raw["models"]["smollm2"])
+    path = tmp_path / "spare.json"
+    path.write_text(json.dumps(raw))
+    with pytest.raises(LaunchError, match="model 'spare' is declared but no agent uses it"):
+        plan(str(path), "1x80GiB")
 
 
 def test_one_per_worker_policy(pair_8b):
@@ -313,6 +383,8 @@ def test_workers_sharing_a_gpu_start_in_turns_with_explicit_pools(pair_8b, tmp_p
         fraction = argv[argv.index("--mem-fraction-static") + 1]
         assert fraction == f"{w.mem_fraction_static:.3f}"
         assert argv[argv.index("--base-gpu-id") + 1] == "0"
+        assert specs[w.name].env["CUDA_VISIBLE_DEVICES"] == "0"
+        assert specs[w.name].env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     # The router's warm-up gate sees both workers on one GPU, a device of one slot.
     cluster = stack.cluster()
     assert cluster["devices"] == {"cuda:0": 1}
@@ -400,3 +472,69 @@ def test_the_microbench_packs_its_workers_onto_one_gpu(tmp_path, monkeypatch):
     fake_nvidia_smi(monkeypatch, tmp_path, 1, free_mib=20000)
     with pytest.raises(LaunchError, match="does not fit"):
         dep._placements(names)
+
+
+def test_the_microbench_restarts_on_a_stolen_port_and_checks_pools(tmp_path, monkeypatch):
+    """Deployment.up with a recorder in place of process starts: a worker whose port another
+    process took starts again with new ports (the router gets them), the router is waited on
+    until it routes, and a placed worker whose pool came up short fails the start."""
+    import experiments.microbench_deploy as md
+    from launch import pool_check, ports
+
+    fake_nvidia_smi(monkeypatch, tmp_path, 1, free_mib=140000)
+    model = qwen3_dir(tmp_path, "qwen3-4b")
+    stolen: set[int] = set()
+    started: list = []
+    routed: list[str] = []
+    short: set[str] = set()  # workers whose pool comes up short
+
+    def fake_start(spec, log_dir):
+        if not stolen:
+            stolen.add(spec.ports[0])  # taken by someone else between choice and start
+        started.append(spec)
+        return SimpleNamespace(spec=spec, pid=0)
+
+    def fake_wait_healthy(procs, timeout):
+        if any(port in stolen for p in procs for port in p.spec.ports):
+            raise LaunchError(f"{procs[0].spec.name} exited with code 1 during start-up")
+
+    def fake_pool_tokens(url):
+        names = {md.base_url(s): s.name for s in started}
+        return 100 if names[url] in short else need
+
+    monkeypatch.setattr(md, "start", fake_start)
+    monkeypatch.setattr(md, "wait_healthy", fake_wait_healthy)
+    monkeypatch.setattr(md, "stop_groups", lambda pids: None)
+    monkeypatch.setattr(md, "wait_routable", lambda url, timeout, proc: routed.append(url))
+    monkeypatch.setattr(ports, "port_in_use", lambda port, host="127.0.0.1": port in stolen)
+    monkeypatch.setattr(pool_check, "pool_tokens", fake_pool_tokens)
+
+    def deployment():
+        return md.Deployment(
+            model,
+            "127.0.0.1",
+            2048,
+            tmp_path / "logs",
+            backend="sglang",
+            variants=("incremental", "pd"),
+        )
+
+    dep = deployment()
+    need = dep.args["max_total_tokens"]
+    dep.up()
+    first, again, second, router = started
+    assert first.name == again.name and {first.name, second.name} == {"pd.prefill", "pd.decode"}
+    assert router.name == "router" and len(dep.procs) == 3
+    assert not set(again.ports) & set(first.ports) and not set(again.ports) & stolen
+    prefill = again if again.name == "pd.prefill" else second
+    assert dep.prefill_url == md.base_url(prefill)
+    assert md.base_url(prefill) in router.argv and str(prefill.ports[1]) in router.argv
+    assert routed == [dep.router_url]
+
+    started.clear()
+    short.add("pd.decode")
+    with pytest.raises(
+        LaunchError,
+        match=f"pd.decode started with a KV pool of 100 tokens, below the {need:,} the microbench sets",
+    ):
+        deployment().up()

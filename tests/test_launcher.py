@@ -42,10 +42,9 @@ def test_worker_argv_prefill_and_decode():
     assert "-m sglang_ext.launch_server --backend torch --model-path /models/m" in joined
     assert "--disaggregation-mode prefill --disaggregation-transfer-backend nixl" in joined
     assert "--disaggregation-bootstrap-port 8998" in joined and argv[-2:] == ["--page-size", "16"]
-    argv = worker_argv(
-        "sglang", "Qwen/Qwen3-0.6B", spec, "decode", "127.0.0.1", 30001, None, gpu_id=3
-    )
-    assert "--disaggregation-bootstrap-port" not in argv and argv[-2:] == ["--base-gpu-id", "3"]
+    argv = worker_argv("sglang", "Qwen/Qwen3-0.6B", spec, "decode", "127.0.0.1", 30001, None)
+    assert "--disaggregation-bootstrap-port" not in argv
+    assert "--base-gpu-id" not in argv  # a GPU comes with its placement (placement_flags)
 
 
 def test_configs_sharing_a_model_merge_and_conflicts_fail():
@@ -54,6 +53,21 @@ def test_configs_sharing_a_model_merge_and_conflicts_fail():
     other = tree.model_copy(update={"models": {"smollm2": ModelSpec(model_path="/elsewhere")}})
     with pytest.raises(LaunchError, match="defined differently"):
         merge_models([tree, other])
+
+
+def test_a_model_no_agent_uses_is_refused_before_anything_starts(tmp_path):
+    """Its workers would get no pool (--max-total-tokens 0 where placed), on either backend."""
+    tree = load_config("tree_3_1_cpu")
+    spare = tree.model_copy(update={"models": {**tree.models, "spare": tree.models["smollm2"]}})
+    msg = f"{tree.name}: model 'spare' is declared but no agent uses it; remove it from models"
+    with pytest.raises(LaunchError, match=msg):
+        merge_models([spare])
+    # Used by an agent of another config deployed with it: fine.
+    assert list(merge_models([tree])) == ["smollm2"]
+    stack = Stack([spare], [], "torch", tmp_path)
+    with pytest.raises(LaunchError, match="no agent uses it"):
+        stack.up()
+    assert stack.procs == [] and not (tmp_path / "processes.json").exists()
 
 
 def test_worker_dying_at_startup_shows_its_log_tail(tmp_path):
@@ -120,6 +134,33 @@ def test_down_stops_what_up_started_and_nothing_else(tmp_path):
     assert down_run_dir(tmp_path) == []  # down twice: nothing is running, not an error
     with pytest.raises(LaunchError, match="nothing was started"):
         down_run_dir(tmp_path / "never_used")
+
+
+def test_processes_recorded_by_an_older_moa_pd_are_refused_not_forgotten(tmp_path):
+    """The previous release recorded `start_ticks`, not `create_time`: `down` must not call
+    those processes gone (marking the folder stopped while they run), nor `up` take it over."""
+    from launch.run_dir import claim
+
+    live = start(
+        ProcSpec("w", [sys.executable, "-c", "import time; time.sleep(60)"], None), tmp_path
+    )
+    rows = [{"name": "m.decode0", "pid": live.pid, "start_ticks": 12345, "log": "x"}]
+    (tmp_path / "processes.json").write_text(json.dumps(rows))
+    try:
+        for attempt in (down_run_dir, claim):
+            with pytest.raises(LaunchError) as e:
+                attempt(tmp_path)
+            msg = str(e.value)
+            assert "older moa-pd" in msg and f"m.decode0 (pid {live.pid})" in msg
+            assert f"kill {live.pid}" in msg and f"ps -o pid,lstart,cmd -p {live.pid}" in msg
+            assert (tmp_path / "processes.json").exists()
+            assert not (tmp_path / "processes.stopped.json").exists()
+            assert live.popen.poll() is None
+    finally:
+        stop_group(live.pid)
+    # The refusal released its lock: once the file is dealt with, the folder can be used.
+    (tmp_path / "processes.json").unlink()
+    claim(tmp_path).close()
 
 
 def test_a_run_dir_with_a_live_deployment_is_refused_a_dead_one_taken_over(tmp_path):

@@ -7,6 +7,7 @@ import pytest
 
 from experiments import microbench as mb
 from experiments.microbench_deploy import kv_tokens
+from planning.types import WorkerDemand, WorkerPlacement
 
 
 def test_prompts_are_seeded_in_range_and_uniform_lengths():
@@ -98,8 +99,15 @@ def test_sglang_workers_get_the_cpu_path_of_moa_pd_up_or_a_gpu(tmp_path):
     assert argv[-len(cpu.worker_flags("decode")) :] == cpu.worker_flags("decode")
     assert argv.count("--max-total-tokens") == 1  # the CPU path's own pool size only
     assert spec.env["SGLANG_USE_CPU_ENGINE"] == "1"
-    on_gpu = worker_spec("pd.prefill", str(tmp_path), "prefill", "127.0.0.1", args, "sglang", 3)
-    assert on_gpu.argv[on_gpu.argv.index("--base-gpu-id") + 1] == "3"
+    # Placed on GPU 3: it sees only that GPU (in nvidia-smi's order), as its device 0.
+    demand = WorkerDemand("pd.prefill", "worker", 0, 1, 1 << 30, 1 << 17, 2304)
+    placed = WorkerPlacement(demand, (3,), 2304, 0, 0.5)
+    on_gpu = worker_spec(
+        "pd.prefill", str(tmp_path), "prefill", "127.0.0.1", args, "sglang", placed=placed
+    )
+    assert on_gpu.argv[on_gpu.argv.index("--base-gpu-id") + 1] == "0"
+    assert on_gpu.env["CUDA_VISIBLE_DEVICES"] == "3"
+    assert on_gpu.env["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     assert "--device" not in on_gpu.argv and "SGLANG_USE_CPU_ENGINE" not in on_gpu.env
     ref = worker_spec("dp0", str(tmp_path), "null", "127.0.0.1", args)
     assert ref.argv[ref.argv.index("--max-total-tokens") + 1] == "2304"
