@@ -78,14 +78,17 @@ def check_workers_share_the_gpu(
     """Every worker on `gpu`, with dummy weights and the patch applied; while they run (needs
     given: planning's pool_needs of the config), each with a pool of at least its need."""
     for name, model in cluster["models"].items():
+        if gpu is not None:  # each worker sees only its GPU (CUDA_VISIBLE_DEVICES), as cuda:0
+            device = f"cuda:{gpu}"
+            assert model["prefill_devices"] == [device] * len(model["prefill_urls"]), name
+            assert model["decode_devices"] == [device] * len(model["decode_urls"]), name
         for url, proc in model["processes"].items():
             role = proc["name"].split(".")[-1].rstrip("0123456789")
             if role not in ("prefill", "decode"):
                 continue
             log = Path(proc["log"]).read_text(errors="replace")
             argv = log.splitlines()[0].split()
-            if gpu is not None:
-                assert argv[argv.index("--base-gpu-id") + 1] == str(gpu), (name, argv)
+            assert argv[argv.index("--base-gpu-id") + 1] == "0", (name, argv)
             assert argv[argv.index("--load-format") + 1] == "dummy", (name, argv)
             expected_attention(argv)
             assert "moa-pd patch prefill_only_route applied" in log, proc["log"]
