@@ -8,11 +8,11 @@ import json
 import logging
 import os
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from typing_extensions import Self
 
+from launch.models import ModelPlan, merge_models, resolve_model
 from launch.pool_check import check_pools
 from launch.ports import PortBook, start_with_fresh_ports
 from launch.procs import (
@@ -28,11 +28,10 @@ from launch.procs import (
 )
 from launch.run_dir import claim, mark_stopped, processes_to_stop
 from launch.worker_cmd import placement_flags, router_argv, worker_argv
-from planning.pool_need import unused_models
 from planning.types import Placement
 from router.api_key import KEY_FILE, write_key_file
 from router.cluster import create_time
-from router.config import ModelSpec, TopologyConfig
+from router.config import TopologyConfig
 from sglang_ext.engine.config import DEFAULT_MAX_TOTAL_TOKENS
 from sglang_ext.sglang_backend import cpu
 from sglang_ext.sglang_backend import gpu as sglang_gpu
@@ -44,71 +43,6 @@ PY = sys.executable
 # CPU prefill worker hung (tree_3_1_cpu #3). Two misses of 5 s call a hung SGLang worker down
 # in at most ~11 s.
 SGLANG_HEALTH_PROBE_S = 5.0
-
-
-@dataclass(slots=True)
-class ModelPlan:
-    """Endpoints of one model's PD deployment."""
-
-    name: str
-    spec: ModelSpec
-    model_path: str  # resolved: a local HF directory (torch) or what SGLang loads (sglang)
-    tokenizer_path: str
-    prefill_ports: list[int] = field(default_factory=list)
-    bootstrap_ports: list[int] = field(default_factory=list)
-    decode_ports: list[int] = field(default_factory=list)
-    router_port: int = 0
-
-    def cluster_entry(self, host: str, backend: str) -> dict:
-        # Workers started with SGLang's --enable-priority-scheduling: the router sends `priority`.
-        prio = bool(self.spec.server_args.get(backend, {}).get("enable_priority_scheduling"))
-        return {
-            "priority_scheduling": prio,
-            "router_url": f"http://{host}:{self.router_port}",
-            "prefill_urls": [f"http://{host}:{p}" for p in self.prefill_ports],
-            "decode_urls": [f"http://{host}:{p}" for p in self.decode_ports],
-            "bootstrap_ports": list(self.bootstrap_ports),
-            "model_path": self.model_path,
-            "tokenizer_path": self.tokenizer_path,
-        }
-
-
-def merge_models(configs: list[TopologyConfig]) -> dict[str, ModelSpec]:
-    """The models of all configs; one name must mean one model everywhere, and each must be
-    used by an agent (placement sizes a worker's pool by its agents)."""
-    if unused := unused_models(configs):
-        raise LaunchError(unused)
-    models: dict[str, ModelSpec] = {}
-    for cfg in configs:
-        for name, spec in cfg.models.items():
-            if name in models and models[name] != spec:
-                raise LaunchError(
-                    f"model '{name}' is defined differently in two configs ({cfg.name} and an "
-                    "earlier one); give the two models different names"
-                )
-            models[name] = spec
-    return models
-
-
-def resolve_model(spec: ModelSpec, backend: str, local: bool = False) -> tuple[str, str]:
-    """(model_path, tokenizer_path) as local paths, or a clear error before anything starts.
-    `local`: resolve through the model store for SGLang too (its CPU path serves the CPU
-    configs' models, named like "smollm2-135m"). A 'dummy:SHAPE' model is written by the model
-    store for either backend: SGLang gets its local directory."""
-    if backend == "torch" or local or spec.is_shape_only:
-        from sglang_ext.engine.model_store import resolve_model_path
-
-        try:
-            path = resolve_model_path(spec.model_path)
-        except (FileNotFoundError, ValueError) as e:
-            raise LaunchError(str(e)) from None
-        tokenizer = resolve_model_path(spec.tokenizer_path) if spec.tokenizer_path else path
-        return path, tokenizer
-    # SGLang resolves HF ids itself (from a local HF cache on GPU nodes); only check local paths.
-    path = spec.model_path
-    if path.startswith(("/", ".")) and not Path(path).exists():
-        raise LaunchError(f"model path '{path}' does not exist; fix models.*.model_path")
-    return path, spec.tokenizer_path or path
 
 
 class Stack:

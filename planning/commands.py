@@ -17,6 +17,8 @@ from planning.table import placement_tables
 from planning.types import POLICIES, Placement, Policy
 from router.config import TopologyConfig
 
+PLACEMENT_WIDTH = 132
+
 
 @dataclass(frozen=True, slots=True)
 class PlacementOptions:
@@ -81,7 +83,7 @@ def placement_for(configs: list[TopologyConfig], opts: PlacementOptions) -> Plac
     """The placement of the configs' workers on the GPUs here (or assumed); LaunchError if it
     does not fit, naming the model, the GPU, the need and what is free."""
     from launch.gpus import assumed_gpus, query_gpus, select_gpus
-    from launch.stack import merge_models, resolve_model
+    from launch.models import merge_models, resolve_model
 
     gpus = assumed_gpus(opts.gpu_memory) if opts.gpu_memory else query_gpus()
     gpus = select_gpus(gpus, opts.gpus)
@@ -104,7 +106,9 @@ def placement_for(configs: list[TopologyConfig], opts: PlacementOptions) -> Plac
 
 
 def print_placement(plan: Placement, console: Console | None = None) -> None:
-    console = console or Console()
+    # At least as wide as the tables (~130 columns): a pipe or a narrow terminal would otherwise
+    # cut worker names and numbers (a terminal wraps the long lines instead).
+    console = console or Console(width=max(Console().width, PLACEMENT_WIDTH))
     for table in placement_tables(plan):
         console.print(table)
 

@@ -13,7 +13,10 @@ def placement_tables(plan: Placement) -> list[Table]:
         title_justify="left",
     )
     for col in ("worker", "GPU(s)", "tp", "weights MiB", "pool tokens", "need", "pool MiB"):
-        workers.add_column(col, justify="left" if col == "worker" else "right")
+        # Worker names are what a reader looks up: never cut them (numbers' headers wrap instead).
+        workers.add_column(
+            col, justify="left" if col == "worker" else "right", no_wrap=col == "worker"
+        )
     workers.add_column("turn", justify="right")
     workers.add_column("mem fraction", justify="right")
     for w in sorted(plan.workers, key=lambda w: (w.turn, w.gpus, w.name)):

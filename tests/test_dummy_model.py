@@ -12,8 +12,8 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer
 
 from launch.cli import main as cli_main
+from launch.models import resolve_model
 from launch.procs import LaunchError
-from launch.stack import resolve_model
 from launch.worker_cmd import worker_argv
 from planning.model_memory import count_parameters
 from router.config import ModelSpec

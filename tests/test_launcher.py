@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from launch.models import merge_models
 from launch.procs import LaunchError, ProcSpec, start, stop_group, wait_healthy
-from launch.stack import Stack, down_run_dir, merge_models
+from launch.stack import Stack, down_run_dir
 from launch.worker_cmd import server_arg_flags, worker_argv
 from router.cluster import create_time
 from router.config import ModelSpec
