@@ -19,6 +19,7 @@ import requests
 
 from router.cluster import ClusterSpec, Timeouts
 from router.context import RouterContext
+from router.orchestrator import Session
 from sglang_ext import protocol as P
 
 # SmolLM2 chat prompts; the second is long enough that a warm-up of its system turn matters.
@@ -194,3 +195,15 @@ def flush(*urls: str, timeout_s: float = 60) -> None:
         while (r := requests.post(url + "/flush_cache", timeout=30)).status_code != 200:
             assert time.monotonic() < deadline, f"{url}/flush_cache: {r.status_code} {r.text}"
             time.sleep(0.2)
+
+
+async def pipelined_and_blocked(ctx, cfg, question: str, workers: list[str]) -> tuple:
+    """(pipelined, blocking) results of one question, each on cold caches (`workers` flushed),
+    blocking given the slot orders pipelining chose: under greedy decoding the two must give
+    the same tokens."""
+    flush(*workers)
+    piped = await Session(ctx, cfg, question, "pipelined").run_all()
+    orders = {a: t["slot_order"] for a, t in piped.trace.items() if t["slot_order"]}
+    flush(*workers)
+    blocked = await Session(ctx, cfg, question, "blocking", slot_orders=orders).run_all()
+    return piped, blocked

@@ -12,13 +12,12 @@ import random
 import procs
 import pytest
 import requests
-from sglang_real import deployment_cluster, flush
+from sglang_real import deployment_cluster, pipelined_and_blocked
 
 from launch.commands import make_stack
 from launch.procs import wait_routable
 from router.config_loader import load_config
 from router.context import RouterContext
-from router.orchestrator import Session
 from sglang_ext import protocol as P
 
 pytestmark = pytest.mark.slow
@@ -88,13 +87,7 @@ async def test_pipelined_equals_blocking_on_the_dummy_tree(dummy_up):
     workers = [*spec.models[MODEL].prefill_urls, *spec.models[MODEL].decode_urls]
     cfg = load_config(CONFIG)  # its own fixed lengths: 12/20/28 tokens, the aggregator 16
     async with RouterContext.open(spec) as ctx:
-        flush(*workers)
-        piped = await Session(ctx, cfg, "What is 7 times 8?", "pipelined").run_all()
-        orders = {a: t["slot_order"] for a, t in piped.trace.items() if t["slot_order"]}
-        flush(*workers)
-        blocked = await Session(
-            ctx, cfg, "What is 7 times 8?", "blocking", slot_orders=orders
-        ).run_all()
+        piped, blocked = await pipelined_and_blocked(ctx, cfg, "What is 7 times 8?", workers)
     for agent, t in piped.trace.items():
         assert t["output_ids"] and t["output_ids"] == blocked.trace[agent]["output_ids"], agent
         assert t["prompt_tokens"] == blocked.trace[agent]["prompt_tokens"]

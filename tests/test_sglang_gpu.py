@@ -23,12 +23,18 @@ from pathlib import Path
 import pytest
 import requests
 from router_fixtures import tree_config
-from sglang_real import deployment_cluster, flush, greedy, pool_tokens, router_warmup
+from sglang_real import (
+    deployment_cluster,
+    flush,
+    greedy,
+    pipelined_and_blocked,
+    pool_tokens,
+    router_warmup,
+)
 
 from launch.ports import free_port
 from launch.procs import ProcSpec, start, stop_group, wait_healthy, wait_routable
 from router.context import RouterContext
-from router.orchestrator import Session
 from sglang_ext import protocol as P
 from sglang_ext.patch import check_version, patch_plan
 from sglang_ext.sglang_backend import gpu as sglang_gpu
@@ -275,12 +281,6 @@ async def test_pipelined_equals_blocking(pair):
     )
     urls = [spec.url("prefill"), spec.url("decode")]
     async with RouterContext.open(deployment_cluster(cluster)) as ctx:
-        flush(*urls)
-        piped = await Session(ctx, cfg, "What is 7 times 8?", "pipelined").run_all()
-        orders = {a: t["slot_order"] for a, t in piped.trace.items() if t["slot_order"]}
-        flush(*urls)
-        blocked = await Session(
-            ctx, cfg, "What is 7 times 8?", "blocking", slot_orders=orders
-        ).run_all()
+        piped, blocked = await pipelined_and_blocked(ctx, cfg, "What is 7 times 8?", urls)
     for agent, t in piped.trace.items():
         assert t["output_ids"] and t["output_ids"] == blocked.trace[agent]["output_ids"], agent
