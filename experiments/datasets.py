@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments import gpqa, humaneval_data
+
 logger = logging.getLogger(__name__)
 
 DATASETS: tuple[str, ...] = (
@@ -22,7 +24,14 @@ DATASETS: tuple[str, ...] = (
     "mmlu_prox_lite",
     "ifbench",
     "bbh",
+    "mmlu",
+    "gpqa_diamond",
+    "humaneval",
+    "humaneval_plus",
 )
+# Not shipped (their terms or their release channel): read from the user's file, see
+# experiments/gpqa.py and experiments/humaneval_data.py.
+USER_FILE_DATASETS = frozenset({"gpqa_diamond", "humaneval_plus"})
 
 _REQUIRED = ("id", "question")
 
@@ -50,7 +59,11 @@ def default_cache_dir() -> Path:
 
 
 def resolve(name_or_path: str) -> tuple[str, Path]:
-    """Map a dataset name or a JSONL path to (dataset name, file); raise ValueError if neither."""
+    """Map a dataset name or a file path to (dataset name, file); raise ValueError if neither."""
+    if name_or_path == "gpqa_diamond":
+        return name_or_path, gpqa.configured_path()
+    if name_or_path == "humaneval_plus":
+        return name_or_path, humaneval_data.configured_path()
     if name_or_path in DATASETS:
         path = data_dir() / name_or_path / "test.jsonl"
         if not path.is_file():
@@ -60,15 +73,23 @@ def resolve(name_or_path: str) -> tuple[str, Path]:
             )
         return name_or_path, path
     path = Path(name_or_path)
-    looks_like_path = path.suffix in (".jsonl", ".json") or os.sep in name_or_path
+    looks_like_path = path.suffix in (".jsonl", ".json", ".csv", ".gz") or os.sep in name_or_path
     if not looks_like_path:
         raise ValueError(
             f"unknown dataset {name_or_path!r}: use one of {', '.join(DATASETS)} "
-            "or a path to a .jsonl file with 'id' and 'question' fields"
+            "or a path to a .jsonl file with 'id' and 'question' fields (or to GPQA's CSV, "
+            "or to a HumanEval/EvalPlus .jsonl[.gz])"
         )
     if not path.is_file():
         raise ValueError(f"dataset file {path} does not exist")
-    return path.stem, path
+    if path.suffix == ".csv":
+        if not gpqa.is_gpqa_csv(path):
+            raise ValueError(
+                f"{path}: a .csv dataset must be GPQA's official CSV (columns "
+                f"{', '.join(gpqa.COLUMNS)}...); other datasets are JSONL"
+            )
+        return "gpqa_diamond", path
+    return humaneval_data.file_dataset(path) or path.stem, path
 
 
 def load_questions(
@@ -78,7 +99,12 @@ def load_questions(
     if num_samples is not None and num_samples < 0:
         raise ValueError(f"num_samples must be >= 0 or None, got {num_samples}")
     name, path = resolve(name_or_path)
-    rows = _read_rows(path, cache_dir or default_cache_dir())
+    if name == "gpqa_diamond":
+        rows = gpqa.read_rows(path)
+    elif humaneval_data.file_dataset(path):
+        rows = humaneval_data.read_rows(path)
+    else:
+        rows = _read_rows(path, cache_dir or default_cache_dir())
     if num_samples is not None:
         rows = rows[:num_samples]
     return [_to_question(row, i, name, path) for i, row in enumerate(rows)]

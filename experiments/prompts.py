@@ -1,7 +1,7 @@
 """How each benchmark's question is put to a proposer: one user-turn string per `Question`.
 
 Called by the experiment runner. The wording is ours; each format matches what
-`experiments.scoring` extracts (a boxed answer, "The answer is N", a letter, ...).
+`experiments.scoring` extracts (a boxed answer, "The answer is N", a letter, a code block...).
 """
 
 from __future__ import annotations
@@ -33,6 +33,11 @@ _MCQ = (
 _BBH = (
     "{question}\n\n"
     "Think step by step, then end your response with 'So the answer is X.' where X is {fmt}."
+)
+_CODE = (
+    "Complete the following Python function.\n\n```python\n{question}```\n\n"
+    "Reply with the complete function (its signature and body, and any imports or helpers it "
+    "needs) in one ```python code block."
 )
 _GENERIC = "{question}\n\nEnd your response with 'The answer is X.' where X is your final answer."
 
@@ -70,7 +75,9 @@ def build_question_prompt(q: Question) -> str:
         return _AIME.format(question=q.question)
     if name == "gsm8k":
         return _GSM8K.format(question=q.question)
-    if name == "mmlu_prox_lite" or "choices" in q.extra:
+    if name in ("humaneval", "humaneval_plus"):
+        return _CODE.format(question=q.question)
+    if name in ("mmlu_prox_lite", "mmlu", "gpqa_diamond") or "choices" in q.extra:
         choices = q.extra.get("choices")
         if not choices:
             raise ValueError(f"question {q.id}: multiple-choice row has no 'choices' list")

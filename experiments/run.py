@@ -234,8 +234,10 @@ async def _run_setting(
             )
         except GraphRunError as e:
             error = str(e)
-        row = result_row(
-            q, setting, name, graph, error, time.perf_counter() - t0, started_at, model
+        # In a thread: grading may run code in the sandbox for seconds (HumanEval), which
+        # must not stall the other questions' requests on this event loop.
+        row = await asyncio.to_thread(
+            result_row, q, setting, name, graph, error, time.perf_counter() - t0, started_at, model
         )
         writer.append(row)
         _update_bar(bar, stats, setting, row)

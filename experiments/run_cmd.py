@@ -20,8 +20,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--dataset",
         required=True,
-        help="gsm8k, math500, aime2025, mmlu_prox_lite, ifbench, bbh, hmmt_feb_2025, "
-        "or a path to a JSONL of id, question[, answer]",
+        help="gsm8k, math500, aime2025, mmlu_prox_lite, ifbench, bbh, hmmt_feb_2025, mmlu, "
+        "humaneval, gpqa_diamond (your copy: MOA_PD_GPQA_PATH), humaneval_plus (your copy: "
+        "MOA_PD_HUMANEVAL_PLUS_PATH), or a path to a JSONL of id, question[, answer], to "
+        "GPQA's CSV or to a HumanEval/EvalPlus .jsonl[.gz]",
     )
     p.add_argument("--num-samples", type=int, default=None, help="first N questions (default all)")
     p.add_argument(

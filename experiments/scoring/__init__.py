@@ -7,10 +7,19 @@ shell router's majority vote reads answers exactly as this scorer grades them.
 from __future__ import annotations
 
 from experiments.datasets import Question
-from experiments.scoring import ifbench
+from experiments.scoring import humaneval, ifbench
 from experiments.scoring.ifbench.registry import coverage as ifbench_coverage
 from experiments.scoring.score import Score
-from router.answers import MATH_DATASETS, bbh, extract_answer, generic, gsm8k, math, mcq
+from router.answers import (
+    MATH_DATASETS,
+    MCQ_DATASETS,
+    bbh,
+    extract_answer,
+    generic,
+    gsm8k,
+    math,
+    mcq,
+)
 
 __all__ = ["MATH_DATASETS", "Score", "extract_answer", "ifbench_coverage", "score"]
 
@@ -24,13 +33,15 @@ def score(q: Question, output_text: str) -> Score:
             list(q.extra.get("kwargs", [])),
             output_text,
         )
+    if name in ("humaneval", "humaneval_plus"):
+        return humaneval.score(q, output_text)  # runs the tests in a sandboxed process
     if q.answer is None:
         return Score(None, extract_answer(name, output_text), {"reason": "no gold answer"})
     if name == "gsm8k":
         ok, got = gsm8k.grade(q.answer, output_text)
     elif name in MATH_DATASETS:
         ok, got = math.grade(q.answer, output_text)
-    elif name == "mmlu_prox_lite":
+    elif name in MCQ_DATASETS:
         ok, got = _grade_mcq(q, output_text)
     elif name == "bbh":
         ok, got = bbh.grade(q.extra.get("task", ""), q.answer, q.question, output_text)

@@ -1,4 +1,4 @@
-"""Multiple-choice answers (MMLU-ProX-Lite, BBH option tasks): find the chosen letter.
+"""Multiple-choice answers (MMLU, MMLU-ProX-Lite, GPQA, BBH option tasks): find the chosen letter.
 
 Called by `experiments.scoring` and the BBH scorer; returns one upper-case letter or None.
 """

@@ -1,0 +1,134 @@
+"""The code sandbox stops what model-written code must not do, and HumanEval grades through it:
+an endless loop, a fork bomb, a write outside the scratch directory, a socket connection and a
+memory hog all end as failures, while a correct solution passes."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+
+import psutil
+import pytest
+
+from experiments.datasets import load_questions
+from experiments.scoring import score
+from experiments.scoring.code_sandbox import Limits, isolation_probe, run_python
+from experiments.scoring.humaneval import build_program, extract_code
+from experiments.scoring.humaneval import score as humaneval_score
+
+FAST = Limits(wall_s=3.0, cpu_s=2, max_procs=8)
+
+
+@pytest.fixture(scope="module")
+def humaneval():
+    return {q.id: q for q in load_questions("humaneval", num_samples=3)}
+
+
+@pytest.fixture(scope="module")
+def isolated() -> None:
+    missing = isolation_probe().missing_isolation
+    if missing:  # the run itself warns loudly; the isolation tests cannot hold here
+        pytest.skip(f"this machine's kernel refuses {missing} (see the WARNING in the log)")
+
+
+def test_correct_solution_passes_and_wrong_one_fails(humaneval) -> None:
+    q = humaneval["HumanEval/0"]
+    good = f"Here it is:\n```python\n{q.question}{q.extra['canonical_solution']}```\nDone."
+    s = score(q, good)
+    assert s.correct is True, s.details
+    assert "def has_close_elements" in s.extracted
+    bad = "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
+    s = score(q, bad)
+    assert s.correct is False and s.details["returncode"] != 0
+
+
+def test_bare_body_completion_is_accepted(humaneval) -> None:
+    q = humaneval["HumanEval/2"]  # truncate_number: the prompt plus the body completes it
+    assert score(q, q.extra["canonical_solution"]).correct is True
+
+
+def test_endless_loop_is_stopped_by_the_cpu_limit() -> None:
+    r = run_python("while True:\n    pass\n", limits=FAST)
+    assert r.returncode is not None and r.returncode != 0  # SIGXCPU, before the wall clock
+    assert r.wall_s < FAST.wall_s
+
+
+def test_sleeping_program_is_stopped_by_the_wall_clock() -> None:
+    r = run_python("import time\ntime.sleep(60)\n", limits=dataclasses.replace(FAST, wall_s=1.0))
+    assert r.timed_out and r.returncode is None and r.wall_s < 5
+
+
+def test_fork_bomb_is_contained_and_leaves_nothing_behind(isolated) -> None:
+    bomb = (
+        "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    )
+    r = run_python(bomb, limits=dataclasses.replace(FAST, wall_s=2.0))
+    assert r.timed_out or r.returncode != 0
+    # The pid namespace died with its pid 1: no process of the bomb survives.
+    left = [
+        p.pid
+        for p in psutil.process_iter(["cmdline"])
+        if any("moa-pd-sandbox-" in part for part in p.info["cmdline"] or [])
+    ]
+    assert left == []
+
+
+def test_write_outside_the_scratch_directory_is_refused(tmp_path, isolated) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    os.chmod(outside, 0o777)  # even a world-writable directory: the mount is read-only
+    target = outside / "pwned.txt"
+    r = run_python(f"open({str(target)!r}, 'w').write('x')\n", limits=FAST)
+    assert r.returncode != 0 and ("Read-only file system" in r.stderr or "denied" in r.stderr)
+    assert not target.exists()
+    inside = run_python("open('mine.txt', 'w').write('ok')\nprint(open('mine.txt').read())\n")
+    assert inside.returncode == 0 and inside.stdout.strip() == "ok"
+
+
+def test_socket_cannot_reach_the_host(isolated) -> None:
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        server.settimeout(0.2)
+        port = server.getsockname()[1]
+        r = run_python(
+            f"import socket\nsocket.create_connection(('127.0.0.1', {port}), timeout=2)\n",
+            limits=FAST,
+        )
+        assert r.returncode != 0 and "OSError" in r.stderr
+        with pytest.raises(TimeoutError):
+            server.accept()  # nothing ever connected
+
+
+def test_memory_hog_fails() -> None:
+    r = run_python(
+        "x = bytearray(1 << 31)\n", limits=dataclasses.replace(FAST, memory_bytes=1 << 28)
+    )
+    assert r.returncode != 0 and "MemoryError" in r.stderr
+
+
+def test_misbehaving_humaneval_replies_are_scored_failed(humaneval, tmp_path, isolated) -> None:
+    q = humaneval["HumanEval/0"]
+    head = "def has_close_elements(numbers, threshold):\n"
+    for body in (
+        "    while True: pass\n",
+        "    import os\n    while True: os.fork()\n",
+        f"    open({str(tmp_path / 'x')!r}, 'w').write('x')\n    return True\n",
+        "    import socket\n    socket.create_connection(('1.1.1.1', 80), timeout=1)\n",
+        "    import sys\n    sys.exit(0)\n",  # exits early with status 0: no nonce, no pass
+    ):
+        s = humaneval_score(q, f"```python\n{head}{body}```", limits=FAST)
+        assert s.correct is False, body
+
+
+def test_extract_code_prefers_the_last_block_with_a_def() -> None:
+    text = "```python\nx = 1\n```\n```python\ndef f():\n    return 2\n```\n```\nf()\n```"
+    assert extract_code(text).startswith("def f()")
+    assert extract_code("no fences at all") == "no fences at all"
+
+
+def test_build_program_keeps_prompt_helpers(humaneval) -> None:
+    q = humaneval["HumanEval/1"]
+    program = build_program(q, "def separate_paren_groups(s):\n    return []\n")
+    assert program.startswith(q.question) and program.rstrip().endswith("return []")
