@@ -5,6 +5,7 @@ memory hog all end as failures, while a correct solution passes."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import socket
 
@@ -12,7 +13,7 @@ import psutil
 import pytest
 
 from experiments.datasets import load_questions
-from experiments.scoring import score
+from experiments.scoring import code_sandbox, score
 from experiments.scoring.code_sandbox import Limits, isolation_probe, run_python
 from experiments.scoring.humaneval import build_program, extract_code
 from experiments.scoring.humaneval import score as humaneval_score
@@ -132,3 +133,16 @@ def test_build_program_keeps_prompt_helpers(humaneval) -> None:
     q = humaneval["HumanEval/1"]
     program = build_program(q, "def separate_paren_groups(s):\n    return []\n")
     assert program.startswith(q.question) and program.rstrip().endswith("return []")
+
+
+def test_incomplete_isolation_is_loud_and_strict_mode_refuses(monkeypatch, capsys, caplog):
+    weak = code_sandbox.RunResult(0, "", "", False, 0.1, {"user_ns": False, "errors": ["EPERM"]})
+    monkeypatch.setattr(code_sandbox, "_warned", set())
+    with caplog.at_level(logging.WARNING):
+        code_sandbox._report_isolation(weak)
+    assert "isolation is INCOMPLETE" in caplog.text and "user_ns" in caplog.text
+    assert "WARNING: code sandbox" in capsys.readouterr().err
+    monkeypatch.setattr(code_sandbox, "isolation_probe", lambda: weak)
+    monkeypatch.setenv("MOA_PD_SANDBOX", "strict")
+    with pytest.raises(code_sandbox.SandboxUnavailable, match="refusing to run untrusted code"):
+        run_python("print('never runs')")

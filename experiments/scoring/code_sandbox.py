@@ -7,6 +7,9 @@ interface but a down loopback, every mount read-only except the scratch director
 whole process tree killed with it. When the kernel refuses a namespace the run goes on with
 what it has and says so: a WARNING on the log, and `RunResult.isolation` lists what is missing.
 Set MOA_PD_SANDBOX=strict to refuse such runs instead.
+The namespaces are entered with ctypes unshare(2) and not with bubblewrap or nsjail. Those are
+Debian packages that CI and pip installs lack, while unshare(2) needs only the kernel (unprivileged
+user namespaces, on by default in Debian and most distributions) and the standard library.
 """
 
 from __future__ import annotations
