@@ -23,7 +23,7 @@ FAST = Limits(wall_s=3.0, cpu_s=2, max_procs=8)
 
 @pytest.fixture(scope="module")
 def humaneval():
-    return {q.id: q for q in load_questions("humaneval", num_samples=3)}
+    return {q.id: q for q in load_questions("humaneval", num_samples=39)}
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,13 @@ def test_correct_solution_passes_and_wrong_one_fails(humaneval) -> None:
     bad = "```python\ndef has_close_elements(numbers, threshold):\n    return True\n```"
     s = score(q, bad)
     assert s.correct is False and s.details["returncode"] != 0
+
+
+def test_checks_that_call_prompt_helpers_pass(humaneval) -> None:
+    # HumanEval/32's check calls the prompt's poly(); /38's calls encode_cyclic().
+    for task in ("HumanEval/32", "HumanEval/38"):
+        q = humaneval[task]
+        assert score(q, q.question + q.extra["canonical_solution"]).correct is True, task
 
 
 def test_bare_body_completion_is_accepted(humaneval) -> None:
