@@ -8,10 +8,13 @@ permutation seeded by its Record ID, recorded in the row, so every run asks the 
 from __future__ import annotations
 
 import csv
+import logging
 import os
 import random
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 ENV_VAR = "MOA_PD_GPQA_PATH"
 DIAMOND_ROWS = 198
@@ -60,6 +63,13 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         rows = [_normalize(rec, line, path) for line, rec in enumerate(reader, start=2)]
     if not rows:
         raise ValueError(f"{path}: no questions in the file. {HOW_TO_GET}")
+    if len(rows) != DIAMOND_ROWS:  # the main (448) or extended (546) set, or an edited copy
+        logger.warning(
+            "%s has %d questions, not GPQA Diamond's %d; results are not Diamond's",
+            path,
+            len(rows),
+            DIAMOND_ROWS,
+        )
     return rows
 
 

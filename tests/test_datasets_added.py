@@ -68,10 +68,11 @@ def test_mmlu_prompt_and_scoring() -> None:
     assert extract_answer("mmlu", "The answer is (E).") is None  # only four options
 
 
-def test_gpqa_loads_from_the_env_path_with_a_seeded_recorded_shuffle(tmp_path, monkeypatch):
+def test_gpqa_loads_from_the_env_path_with_a_seeded_recorded_shuffle(tmp_path, monkeypatch, caplog):
     path = _gpqa_csv(tmp_path / "gpqa_diamond.csv")
     monkeypatch.setenv(gpqa.ENV_VAR, str(path))
     qs = load_questions("gpqa_diamond")
+    assert "has 3 questions, not GPQA Diamond's 198" in caplog.text
     assert [q.id for q in qs] == [
         "gpqa_diamond-rec000",
         "gpqa_diamond-rec001",
