@@ -94,6 +94,11 @@ def _cmd_up(args: argparse.Namespace) -> int:
     if not args.plan and (args.node or args.join):
         console.print("[red]error:[/red] --node and --join start parts of a plan: add --plan")
         return 2
+    if args.plan and args.pin_cpus:
+        console.print(
+            "[red]error:[/red] a plan pins its workers itself (workers[].cpus): drop --pin-cpus"
+        )
+        return 2
     if not args.plan and not args.config:
         console.print("[red]error:[/red] give --config (repeatable) or --plan plan.json")
         return 2
