@@ -38,7 +38,8 @@ def check_plan(plan: DeploymentPlan, path: str, models: dict[str, ModelSpec]) ->
     """Raise LaunchError for the first thing in the plan that cannot be started with the
     configs' `models`, naming `path` and the JSON path: a node named twice, a worker on an
     unknown node or of a model no config has, a replica named twice or a gap in a model's
-    replica numbers, GPUs that do not match tp, shares of a (model, role) that do not sum to 1,
+    replica numbers, GPUs that do not match tp (or any GPU setting for the CPU-only reference
+    engine), shares of a (model, role) that do not sum to 1,
     a model of the configs without a prefill or a decode worker. (A plan names no ports: each
     node draws its own, free on its host, when it starts; see launch/ports.py.)"""
 
@@ -69,6 +70,18 @@ def check_plan(plan: DeploymentPlan, path: str, models: dict[str, ModelSpec]) ->
         seen[w.name] = i
         if w.gpus and len(w.gpus) != w.tp:
             raise fail(f"workers[{i}].gpus", f"{len(w.gpus)} GPUs for tp {w.tp}; give one per rank")
+        if plan.backend == "torch":  # the reference engine runs on CPU cores only
+            for key, bad in (
+                ("gpus", bool(w.gpus)),
+                ("tp", w.tp > 1),
+                ("mem_fraction_static", w.mem_fraction_static is not None),
+            ):
+                if bad:
+                    raise fail(
+                        f"workers[{i}].{key}",
+                        'backend "torch" (the reference engine) runs on CPU: leave it out, or '
+                        'plan for backend "sglang"',
+                    )
         by_role[(w.model, w.role)].append(i)
     for (model, role), idx in by_role.items():
         replicas = sorted(plan.workers[i].replica for i in idx)

@@ -74,6 +74,7 @@ def _mutated(edit) -> DeploymentPlan:
         ),
         (lambda r: r["nodes"].append({**r["nodes"][0]}), "nodes[2].name", "also nodes[0]"),
         (lambda r: r["workers"][0].update(gpus=[0, 1]), "workers[0].gpus", "for tp 1"),
+        (lambda r: r["workers"][1].update(gpus=[0]), "workers[1].gpus", "runs on CPU"),
         (
             lambda r: [
                 w.update(role="prefill", replica=i, share=0.5) for i, w in enumerate(r["workers"])
