@@ -1,4 +1,4 @@
-"""`moa-pd up` and `moa-pd down`: bring a deployment up from configs, and stop it."""
+"""`moa-pd up` and `moa-pd down`: bring a deployment up from configs or a plan, and stop it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from launch.cluster_part import part_path
 from launch.procs import LaunchError
 from launch.stack import Stack, down_run_dir
 from planning.commands import PlacementOptions, add_placement_args, placement_for, print_placement
@@ -76,7 +77,8 @@ def bring_up(stack: Stack) -> dict:
             status.update(f"waiting for the rest (started {len(stack.procs)})...")
 
         cluster = stack.up(on_ready=ready)
-    console.print(f"cluster up: {stack.cluster_path}; logs in {stack.run_dir / 'logs'}")
+    written = part_path(stack.run_dir, stack.node) if stack.node else stack.cluster_path
+    console.print(f"cluster up: {written}; logs in {stack.run_dir / 'logs'}")
     return cluster
 
 
@@ -89,17 +91,44 @@ def _cmd_up(args: argparse.Namespace) -> int:
     if args.api_key is not None and not args.api_key.strip():
         console.print("[red]error:[/red] --api-key is empty; give a key or leave the flag out")
         return 2
-    try:
-        stack = make_stack(
-            args.config,
-            args.backend,
-            Path(args.run_dir or default_run_dir()),
-            args.host,
-            args.pin_cpus,
-            args.warmup_verb,
-            PlacementOptions.from_args(args),
-            args.api_key or key_from_env(),
+    if not args.plan and (args.node or args.join):
+        console.print("[red]error:[/red] --node and --join start parts of a plan: add --plan")
+        return 2
+    if args.plan and args.pin_cpus:
+        console.print(
+            "[red]error:[/red] a plan pins its workers itself (workers[].cpus): drop --pin-cpus"
         )
+        return 2
+    if not args.plan and not args.config:
+        console.print("[red]error:[/red] give --config (repeatable) or --plan plan.json")
+        return 2
+    run_dir = Path(args.run_dir or default_run_dir())
+    try:
+        if args.plan:
+            from launch.plan_up import make_plan_stack
+
+            stack = make_plan_stack(
+                args.plan,
+                args.config,
+                args.backend,
+                run_dir,
+                args.host,
+                args.node,
+                args.join,
+                args.warmup_verb,
+                args.api_key or key_from_env(),
+            )
+        else:
+            stack = make_stack(
+                args.config,
+                args.backend or "torch",
+                run_dir,
+                args.host or "127.0.0.1",
+                args.pin_cpus,
+                args.warmup_verb,
+                PlacementOptions.from_args(args),
+                args.api_key or key_from_env(),
+            )
     except LaunchError as e:
         console.print(f"[red]error:[/red] {e}")
         return 2
@@ -115,7 +144,13 @@ def _cmd_up(args: argparse.Namespace) -> int:
     except LaunchError as e:
         console.print(f"[red]error:[/red] {e}")
         return 1
-    console.print(f"shell router: {cluster['shell_router_url']}")
+    if stack.node is not None:
+        console.print(
+            f"node {stack.node}: workers up on {stack.host}; start the routers with "
+            f"`moa-pd up --plan {args.plan} --join {stack.run_dir} ...`"
+        )
+    else:
+        console.print(f"shell router: {cluster['shell_router_url']}")
     if args.detach:
         stack.procs.clear()  # leave them running; `moa-pd down --run-dir` stops them
         console.print(f"detached; stop with: moa-pd down --run-dir {stack.run_dir}")
@@ -163,12 +198,29 @@ def register(sub) -> None:
     p.add_argument(
         "--config",
         action="append",
-        required=True,
-        help="topology config (path or name); repeat for several",
+        help="topology config (path or name); repeat for several (with --plan: default the plan's)",
     )
-    p.add_argument("--backend", choices=["torch", "sglang"], default="torch")
+    p.add_argument("--backend", choices=["torch", "sglang"], help="default torch, or the plan's")
     p.add_argument("--run-dir", help="where cluster.json and logs go (default runs/<time>)")
-    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument(
+        "--host", help="address to bind and advertise (default 127.0.0.1, or the plan node's)"
+    )
+    p.add_argument(
+        "--plan",
+        help="start this plan.json's workers (replicas, devices, pools, request split) instead "
+        "of one prefill and decode worker per model",
+    )
+    p.add_argument(
+        "--node",
+        help="with --plan: start only this node's workers and write RUN_DIR/cluster.NODE.json",
+    )
+    p.add_argument(
+        "--join",
+        action="append",
+        metavar="RUN_DIR",
+        help="with --plan: start the routers over the node parts in these run dirs (one per "
+        "node; repeatable)",
+    )
     p.add_argument(
         "--api-key",
         help="require this key as `Authorization: Bearer KEY` on every shell-router route but "

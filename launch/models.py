@@ -24,6 +24,15 @@ class ModelPlan:
     bootstrap_ports: list[int] = field(default_factory=list)
     decode_ports: list[int] = field(default_factory=list)
     router_port: int = 0
+    # Which replicas this deployment starts (all of the config's `workers`, or one node's share
+    # of a plan), in the order of the port lists; None: 0..workers-1.
+    prefill_replicas: list[int] | None = None
+    decode_replicas: list[int] | None = None
+
+    def replicas(self, role: str) -> list[int]:
+        given = self.prefill_replicas if role == "prefill" else self.decode_replicas
+        count = self.spec.workers.prefill if role == "prefill" else self.spec.workers.decode
+        return list(range(count)) if given is None else given
 
     def cluster_entry(self, host: str, backend: str) -> dict:
         # Workers started with SGLang's --enable-priority-scheduling: the router sends `priority`.

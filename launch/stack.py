@@ -1,6 +1,8 @@
 """A deployment built from topology configs: per model its prefill and decode workers and a native
 sglang-router in PD mode, plus one shell router. `Stack` starts it, writes `cluster.json` (every
-endpoint) and stops exactly what it started."""
+endpoint) and stops exactly what it started. With a plan (launch/plan_deploy.py) it starts the
+plan's workers: all of them, one node's (writing cluster.NODE.json, launch/cluster_part.py), or
+none, with the routers over the workers of joined node parts."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from pathlib import Path
 
 from typing_extensions import Self
 
+from launch.cluster_part import part_path, write_json
 from launch.models import ModelPlan, merge_models, resolve_model
-from launch.pool_check import check_pools
+from launch.plan_deploy import PlanSlice
+from launch.pool_check import check_pool, check_pools
 from launch.ports import PortBook, start_with_fresh_ports
 from launch.procs import (
     LaunchError,
@@ -61,6 +65,9 @@ class Stack:
         pool_needs: dict[tuple[str, str], int] | None = None,
         concurrency: int = 1,
         api_key: str | None = None,
+        plan: PlanSlice | None = None,
+        joined: dict[str, dict] | None = None,
+        joined_devices: dict[str, int] | None = None,
     ):
         self.configs, self.config_paths = configs, config_paths
         self.backend, self.run_dir, self.host = backend, Path(run_dir), host
@@ -81,6 +88,13 @@ class Stack:
         self.warmup_verb = warmup_verb
         # The shell router's key (router/api_key.py): it travels in RUN_DIR/api_key (0600).
         self.api_key = api_key
+        # A plan's part: its workers' replicas, devices, pools and shares (placement is its
+        # Placement). With `node` set only that node's workers start, and no router.
+        self.plan_slice = plan
+        # {model: entry} merged from node parts (launch/cluster_part.merge_parts), and their
+        # devices: the workers run elsewhere; this stack starts the routers over them.
+        self.joined = joined
+        self.joined_devices = joined_devices or {}
         self._claim = None  # the run folder's lock while this stack owns it (launch/run_dir.py)
         self.procs: list[Proc] = []
         # Children get SIGTERM if this process dies (kill -9 too); `moa-pd up --detach` clears it.
@@ -108,28 +122,44 @@ class Stack:
         self.check_embedders()
         for name, spec in merge_models(self.configs).items():
             path, tok = resolve_model(spec, self.backend, local=self.sglang_cpu)
-            self.models[name] = ModelPlan(name, spec, path, tok)
+            m = ModelPlan(name, spec, path, tok)
+            if self.plan_slice is not None:
+                ps = self.plan_slice
+                m.spec = spec.model_copy(update={"workers": ps.replica_counts(name)})
+                m.prefill_replicas = [] if self.joined else ps.local_replicas(name, "prefill")
+                m.decode_replicas = [] if self.joined else ps.local_replicas(name, "decode")
+                if self.node and not (m.prefill_replicas or m.decode_replicas):
+                    continue  # none of its workers on this node
+            self.models[name] = m
         self._assign_ports()
+
+    @property
+    def node(self) -> str | None:
+        """The plan's node whose part this stack starts (no routers); None: a whole deployment."""
+        return self.plan_slice.node if self.plan_slice is not None else None
 
     def _assign_ports(self) -> None:
         """Every port from the book: at planning, and again after `_start_phase` renewed some."""
         book = self.ports
         for name, m in self.models.items():
-            m.prefill_ports = [book[f"{name}.prefill{i}"] for i in range(m.spec.workers.prefill)]
-            m.bootstrap_ports = [
-                book[f"{name}.bootstrap{i}"] for i in range(m.spec.workers.prefill)
-            ]
-            m.decode_ports = [book[f"{name}.decode{i}"] for i in range(m.spec.workers.decode)]
-            m.router_port = book[f"{name}.router"]
-        self.shell_router_port = book["shell_router"]
+            m.prefill_ports = [book[f"{name}.prefill{i}"] for i in m.replicas("prefill")]
+            m.bootstrap_ports = [book[f"{name}.bootstrap{i}"] for i in m.replicas("prefill")]
+            m.decode_ports = [book[f"{name}.decode{i}"] for i in m.replicas("decode")]
+            if self.node is None:
+                m.router_port = book[f"{name}.router"]
+        if self.node is None:
+            self.shell_router_port = book["shell_router"]
 
     def worker_specs(self) -> list[ProcSpec]:
         specs = []
         for m in self.models.values():
             roles = [
-                ("prefill", i, port, m.bootstrap_ports[i]) for i, port in enumerate(m.prefill_ports)
+                ("prefill", i, port, bport)
+                for i, port, bport in zip(m.replicas("prefill"), m.prefill_ports, m.bootstrap_ports)
             ]
-            roles += [("decode", i, port, None) for i, port in enumerate(m.decode_ports)]
+            roles += [
+                ("decode", i, port, None) for i, port in zip(m.replicas("decode"), m.decode_ports)
+            ]
             for role, i, port, bport in roles:
                 argv = worker_argv(
                     self.backend,
@@ -157,9 +187,16 @@ class Stack:
                         ports=[port] + ([bport] if bport else []),
                     )
                 )
-        if self.pin_cpus:
+        if self.pin_cpus or self.plan_slice is not None:
             roles = [s.name.rsplit(".", 1)[1].rstrip("0123456789") for s in specs]
-            for spec, cpus in zip(specs, plan_cpus(roles)):
+            pins = (
+                [self.plan_slice.cpus(s.name) or None for s in specs]
+                if self.plan_slice is not None
+                else plan_cpus(roles)
+            )
+            for spec, cpus in zip(specs, pins):
+                if cpus is None:
+                    continue
                 spec.cpus = cpus
                 # SGLang's CPU engine binds its OpenMP threads by this variable.
                 spec.env["SGLANG_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cpus))
@@ -172,14 +209,17 @@ class Stack:
         """(device name, slots) of a worker, for the router's warm-up gate: CPU cores run one
         busy worker each (every worker runs one compute thread: OMP_NUM_THREADS=1); a GPU is
         taken as one slot (kernels of different processes time-slice without MPS), unmeasured,
-        which is why GPU deployments default to the per-worker gate (cluster())."""
+        which is why GPU deployments default to the per-worker gate (cluster()). On a plan's node
+        the name starts with the node's, so the devices of two nodes never merge into one."""
+        prefix = f"{self.node}/" if self.node else ""
+        gpus = self.placement.worker(spec.name).gpus if self.placement is not None else ()
         if spec.cpus is not None:
-            return f"cpu:{','.join(map(str, spec.cpus))}", len(spec.cpus)
-        if self.placement is not None:
+            return f"{prefix}cpu:{','.join(map(str, spec.cpus))}", len(spec.cpus)
+        if gpus:
             # A tensor-parallel worker's GPUs count as one device (a worker sharing only one of
             # them is not seen as its neighbour: rare, since TP workers fill their GPUs).
-            return f"cuda:{','.join(map(str, self.placement.worker(spec.name).gpus))}", 1
-        return "cpu", len(os.sched_getaffinity(0))
+            return f"{prefix}cuda:{','.join(map(str, gpus))}", 1
+        return f"{prefix}cpu", len(os.sched_getaffinity(0))
 
     def _with_pool(self, m: ModelPlan, role: str, name: str, argv: list[str], env: dict):
         """A placed worker gets its GPU(s) and explicit pool; an unplaced one (on CPU) gets the
@@ -199,20 +239,34 @@ class Stack:
         turns); without a placement, all at once."""
         specs = self.worker_specs()
         if self.placement is None:
-            return [specs]
+            return [specs] if specs else []
         by_name = {s.name: s for s in specs}
-        return [[by_name[w.name] for w in turn] for turn in self.placement.turns()]
+        # A plan's node may hold none of some turn's workers: no empty phase.
+        turns = [[by_name[w.name] for w in turn] for turn in self.placement.turns()]
+        return [t for t in turns if t]
+
+    def _workers(self, model: str) -> dict:
+        """The model's worker endpoints (prefill_urls, bootstrap_ports, decode_urls): those
+        started here, or, joining node parts, those of every node."""
+        if self.joined is not None:
+            j = self.joined[model]
+            return {k: j[k] for k in ("prefill_urls", "bootstrap_ports", "decode_urls")}
+        m = self.models[model]
+        return {
+            "prefill_urls": [f"http://{self.host}:{p}" for p in m.prefill_ports],
+            "bootstrap_ports": list(m.bootstrap_ports),
+            "decode_urls": [f"http://{self.host}:{p}" for p in m.decode_ports],
+        }
 
     def router_specs(self) -> list[ProcSpec]:
+        """Each model's native sglang-router, in front of all its replicas (of every node)."""
         specs = []
         for m in self.models.values():
             metrics_port = self.ports[f"{m.name}.router_metrics"]
+            ends = self._workers(m.name)
             argv = router_argv(
-                [
-                    (f"http://{self.host}:{p}", b)
-                    for p, b in zip(m.prefill_ports, m.bootstrap_ports)
-                ],
-                [f"http://{self.host}:{p}" for p in m.decode_ports],
+                list(zip(ends["prefill_urls"], ends["bootstrap_ports"])),
+                ends["decode_urls"],
                 self.host,
                 m.router_port,
                 self.host,
@@ -262,22 +316,16 @@ class Stack:
         return (self.run_dir / KEY_FILE).resolve()
 
     def cluster(self) -> dict:
+        devices = {**self.joined_devices, **dict(self.worker_devices.values())}
         return {
             "backend": self.backend,
             "host": self.host,
-            "models": {
-                n: {
-                    **m.cluster_entry(self.host, self.backend),
-                    "processes": self._processes(n),
-                    **self._worker_devices(n),
-                }
-                for n, m in self.models.items()
-            },
-            "devices": dict(self.worker_devices.values()),
+            "models": {n: self._model_entry(n) for n in self.models},
+            "devices": devices,
             # The device-wide warm-up gate is measured on CPU cores shared by several workers
             # (docs/benchmarks.md); on a GPU whether a warm-up slows a co-located decode is not
             # measured yet, so GPUs keep the per-worker gate (edit cluster.json to try "device").
-            "warmup_gate_scope": "worker" if self.placement is not None else "device",
+            "warmup_gate_scope": "worker" if any("cuda:" in d for d in devices) else "device",
             "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
             "warmup_verb": self.warmup_verb,
             "configs": self.config_paths,
@@ -287,6 +335,46 @@ class Stack:
                 if self.backend == "sglang"
                 else {}
             ),
+        }
+
+    def _model_entry(self, name: str) -> dict:
+        """cluster.json's entry of one model; with a plan, its request split (router/pd.py)."""
+        m = self.models[name]
+        entry = {
+            **m.cluster_entry(self.host, self.backend),
+            **self._workers(name),
+            "processes": self._processes(name),
+            **self._worker_devices(name),
+        }
+        if self.joined is not None:
+            j = self.joined[name]
+            entry["processes"] = {**j["processes"], **entry["processes"]}
+            entry.update({k: j[k] for k in ("prefill_devices", "decode_devices") if k in j})
+        if self.plan_slice is not None:
+            entry["prefill_shares"] = self.plan_slice.shares(name, "prefill")
+            entry["decode_shares"] = self.plan_slice.shares(name, "decode")
+        return entry
+
+    def part(self) -> dict:
+        """This node's part of a plan's deployment (launch/cluster_part.NodePart): its workers
+        with their replica numbers, every URL on this node's host."""
+        models = {}
+        for n, m in self.models.items():
+            entry = m.cluster_entry(self.host, self.backend)
+            models[n] = {
+                **{k: entry[k] for k in ("model_path", "tokenizer_path", "priority_scheduling")},
+                **self._workers(n),
+                "prefill_replicas": m.replicas("prefill"),
+                "decode_replicas": m.replicas("decode"),
+                "processes": self._processes(n),
+                **self._worker_devices(n),
+            }
+        return {
+            "node": self.node,
+            "host": self.host,
+            "backend": self.backend,
+            "models": models,
+            "devices": dict(self.worker_devices.values()),
         }
 
     def _worker_devices(self, model: str) -> dict[str, list[str]]:
@@ -327,7 +415,10 @@ class Stack:
             # _start_phase may have renewed.
             for turn in self.worker_turns():
                 self._start_phase(turn, on_ready)
-                check_pools(self.procs[-len(turn) :], self.pool_needs, self.concurrency)
+                self._check_pools(self.procs[-len(turn) :])
+            if self.node is not None:
+                write_json(part_path(self.run_dir, self.node), self.part())
+                return self.part()
             self._start_phase(self.router_specs(), on_ready)
             self._wait_routable()
             self._write_cluster()
@@ -336,6 +427,14 @@ class Stack:
             self.down()
             raise
         return self.cluster()
+
+    def _check_pools(self, procs: list[Proc]) -> None:
+        """A plan's worker must have the pool the plan gave it; others what their agents need."""
+        if self.plan_slice is None:
+            return check_pools(procs, self.pool_needs, self.concurrency)
+        for p in procs:
+            need = self.placement.worker(p.spec.name).pool_tokens
+            check_pool(p, need, "its plan gives it", "give it more memory in the plan")
 
     def _start_phase(self, specs: list[ProcSpec], on_ready) -> None:
         """Start specs and wait until each is healthy, with new ports where another process
@@ -362,7 +461,9 @@ class Stack:
         self._assign_ports()
         if self.cluster_path.exists():
             self._write_cluster()
-        specs = [*self.worker_specs(), *self.router_specs(), self.shell_router_spec()]
+        specs = self.worker_specs()
+        if self.node is None:
+            specs += [*self.router_specs(), self.shell_router_spec()]
         return [s for n in names for s in specs if s.name == n]
 
     def _wait_routable(self) -> None:

@@ -111,16 +111,16 @@ def router_argv(
 
 def placement_flags(w: WorkerPlacement) -> tuple[list[str], dict[str, str]]:
     """SGLang flags and environment of a placed worker: its explicit pool (--max-total-tokens
-    and the --mem-fraction-static computed for its turn), its GPU(s) and tensor parallelism.
+    and the --mem-fraction-static computed for its turn), its GPU(s) and tensor parallelism; a
+    plan's worker without GPUs (on CPU) gets its pool alone.
     Appended after the config's server_args, so they win (SGLang's argparse keeps the last)."""
-    flags = [
-        "--max-total-tokens",
-        str(w.pool_tokens),
-        "--mem-fraction-static",
-        f"{w.mem_fraction_static:.3f}",
-    ]
+    flags = ["--max-total-tokens", str(w.pool_tokens)]
+    if w.mem_fraction_static is not None:
+        flags += ["--mem-fraction-static", f"{w.mem_fraction_static:.3f}"]
     if w.demand.tp > 1:
         flags += ["--tp-size", str(w.demand.tp)]
+    if not w.gpus:  # a plan's CPU worker: its pool only
+        return flags, {}
     # Placement numbers GPUs as nvidia-smi does (PCI bus order, all of the node's); CUDA numbers
     # them fastest first and within the inherited CUDA_VISIBLE_DEVICES. So every placed worker
     # sees exactly its GPUs, in nvidia-smi's order, and its ranks start at the first of them.

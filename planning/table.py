@@ -29,7 +29,7 @@ def placement_tables(plan: Placement) -> list[Table]:
             f"{w.demand.pool_tokens:,}",
             f"{w.pool_mib:,.0f}",
             str(w.turn),
-            f"{w.mem_fraction_static:.3f}",
+            "-" if w.mem_fraction_static is None else f"{w.mem_fraction_static:.3f}",
         )
     gpus = Table(
         title=f"GPUs (planned use includes {plan.headroom_mib:,} MiB headroom per worker)",

@@ -10,7 +10,8 @@ MIB = 1 << 20
 
 # pack: several workers share a GPU where they fit (first-fit decreasing by memory).
 # one-per-worker: each worker (each TP rank) has its GPU(s) to itself, as before placement.
-Policy = Literal["pack", "one-per-worker"]
+# plan: read from a plan.json (launch/plan_deploy.py), not computed here.
+Policy = Literal["pack", "one-per-worker", "plan"]
 POLICIES: tuple[Policy, ...] = ("pack", "one-per-worker")
 
 
@@ -52,7 +53,8 @@ class WorkerPlacement:
     gpus: tuple[int, ...]  # nvidia-smi indices, one per TP rank
     pool_tokens: int  # the pool it is started with (>= demand.pool_tokens)
     turn: int  # start order: turn k starts once every worker of turns < k is healthy
-    mem_fraction_static: float  # SGLang's, for its turn (pack.mem_fraction_static)
+    # SGLang's, for its turn (pack.mem_fraction_static); None: SGLang's own (a plan's CPU worker)
+    mem_fraction_static: float | None
 
     @property
     def name(self) -> str:

@@ -68,7 +68,16 @@ class AgentRunner:
             tok = self.ctx.tokenizer(self.model)
             body[P.INPUT_IDS] = prompt_ids(tok, job.cfg.template_of(job.agent_id), job.question)
             job.trace.final_request_s = job.clock.now()
-            await self._stream(self.dep.via_router(body))
+            if not self.dep.planned_split:
+                await self._stream(self.dep.via_router(body))
+                return
+            # A plan splits the model's requests: we pick the pair by share (router/pd.py).
+            target = self.dep.pick_prefill()
+            job.trace.prefill_url = target.url
+            try:
+                await self._stream(self.dep.dual(body, target))
+            finally:
+                self.dep.unpin(target)
             return
         target = self.dep.pick_prefill()
         job.trace.prefill_url = target.url

@@ -92,6 +92,10 @@ class ModelDeployment(_Tolerant):
     # The model's context length in tokens. None: the shell router asks a prefill worker at
     # start (`/v1/models`' max_model_len, SGLang's own figure, --context-length included).
     context_len: int | None = Field(default=None, gt=0)
+    # A plan's request split (launch/plan_deploy.py): the fraction of the model's requests each
+    # worker gets, one per URL. Empty: none planned (the shell router balances by load).
+    prefill_shares: list[float] = []
+    decode_shares: list[float] = []
 
     @model_validator(mode="after")
     def _ports_match(self) -> ModelDeployment:
@@ -99,6 +103,8 @@ class ModelDeployment(_Tolerant):
             ("bootstrap_ports", self.prefill_urls),
             ("prefill_devices", self.prefill_urls),
             ("decode_devices", self.decode_urls),
+            ("prefill_shares", self.prefill_urls),
+            ("decode_shares", self.decode_urls),
         ):
             given = getattr(self, key)
             if given and len(given) != len(urls):
@@ -106,6 +112,10 @@ class ModelDeployment(_Tolerant):
                     f"{len(given)} {key} for {len(urls)} workers; give one per worker "
                     "(in the order of the URLs) or none"
                 )
+        for key in ("prefill_shares", "decode_shares"):
+            shares = getattr(self, key)
+            if shares and (min(shares) < 0 or abs(sum(shares) - 1) > 1e-3):
+                raise ValueError(f"{key} {shares}: give non-negative fractions that sum to 1")
         return self
 
     def bootstrap_port(self, index: int) -> int | None:

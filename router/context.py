@@ -43,6 +43,7 @@ class RouterContext:
         self.client = SGLangClient(session, cluster.timeouts.connect_s, cluster.timeouts.read_s)
         rng = random.Random(seed)
         scoped = cluster.warmup_gate and cluster.warmup_gate_scope == "device"
+        self.metrics = RouterMetrics()
         self.devices = (
             {d: ComputeDevice(d, slots) for d, slots in cluster.devices.items()} if scoped else {}
         )
@@ -58,11 +59,11 @@ class RouterContext:
                 gate=cluster.warmup_gate,
                 is_down=self.health.is_down,
                 devices=self.devices,
+                metrics=self.metrics,
             )
             for name, spec in cluster.models.items()
         }
         self.tokenizers = tokenizers or TokenizerStore()
-        self.metrics = RouterMetrics()
         # Each model's context length (tokens): the cluster file's, or `load_context_lens`'.
         self.context_len: dict[str, int | None] = {
             name: spec.context_len for name, spec in cluster.models.items()

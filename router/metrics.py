@@ -3,9 +3,24 @@ Updated by the orchestrator, agent runner and server; served at /metrics."""
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from router.trace import AgentTrace
+
+
+class WorkerLoad:
+    """One request in flight on one worker; `end` (idempotent) takes it off the gauge."""
+
+    __slots__ = ("_gauge",)
+
+    def __init__(self, gauge: Gauge) -> None:
+        gauge.inc()
+        self._gauge: Gauge | None = gauge
+
+    def end(self) -> None:
+        gauge, self._gauge = self._gauge, None
+        if gauge is not None:
+            gauge.dec()
 
 
 class RouterMetrics:
@@ -46,6 +61,28 @@ class RouterMetrics:
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300),
             registry=self.registry,
         )
+
+        # Per-replica load, as the shell router sends it (router/pd.py): a prefill worker holds a
+        # request until its prefill reply, a decode worker until the stream ends. Requests
+        # through a model's native sglang-router, which picks the pair itself, count as
+        # role "router", replica "native".
+        self.worker_in_flight = Gauge(
+            "moa_worker_requests_in_flight",
+            "Requests in flight on each worker (warm-ups included)",
+            ["model", "role", "replica"],
+            registry=self.registry,
+        )
+        self.worker_requests = Counter(
+            "moa_worker_requests_total",
+            "Requests sent to each worker (warm-ups included)",
+            ["model", "role", "replica"],
+            registry=self.registry,
+        )
+
+    def worker_load(self, model: str, role: str, replica: int | str) -> WorkerLoad:
+        """Count one request sent to a worker; end the returned load when it is over there."""
+        self.worker_requests.labels(model, role, str(replica)).inc()
+        return WorkerLoad(self.worker_in_flight.labels(model, role, str(replica)))
 
     def observe_layers(self, traces: list[AgentTrace], mode: str) -> None:
         """One question's layer latencies: a layer lasts from its first agent's start to its

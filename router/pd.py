@@ -8,6 +8,11 @@ header on every request, which the launcher would have to configure), and it dra
 reply, so `cached_tokens` as the prefill worker saw it is lost (sglang-notes fact 7). Sending the
 same JSON to both workers with the bootstrap fields is the router's whole job (fact 6), a few
 lines here, and gives stickiness and the true `cached_tokens` on any router policy.
+
+A plan's request split (the cluster file's `prefill_shares`/`decode_shares`) is honoured here:
+each successor's prefill worker (its warm-ups and final request) and each request's decode worker
+are drawn by share, and with a split every request, first-layer ones included, is dispatched by
+us; the native sglang-router then serves clients that call it directly, by its own policy.
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from urllib.parse import urlparse
 
 from router.cluster import ModelDeployment, Timeouts
 from router.compute_device import ComputeDevice
+from router.metrics import RouterMetrics
 from router.prefill_gate import CriticalHold, PrefillGate, hold
 from router.sglang_client import SGLangClient
 from sglang_ext import protocol as P
@@ -78,11 +84,13 @@ class Deployment:
         gate: bool = True,
         is_down: Callable[[str], bool] = lambda url: False,
         devices: dict[str, ComputeDevice] | None = None,
+        metrics: RouterMetrics | None = None,
     ) -> None:
         """`priorities` = (critical, warm-up) values of SGLang's `priority` field, sent only
         when the workers schedule by priority (else SGLang may refuse the field). `is_down(url)`:
         the health watch's verdict on a worker, so that no abort waits on a hung one. `devices`:
-        the shared compute devices by name (empty: each gate looks at its own worker only)."""
+        the shared compute devices by name (empty: each gate looks at its own worker only).
+        `metrics`: where each worker's load is counted (the router app's)."""
         self.name, self.spec, self._client, self._t = name, spec, client, timeouts
         self._is_down = is_down
         self._warmup_verb = warmup_verb
@@ -99,6 +107,10 @@ class Deployment:
             url: devices[d] for url, d in zip(spec.decode_urls, spec.decode_devices) if d in devices
         }
         self._rng = rng or random.Random()
+        self._metrics = metrics or RouterMetrics()
+        # Draws by share have their own generator: the bootstrap rooms drawn meanwhile must not
+        # change which worker a seeded router picks.
+        self._share_rng = random.Random(self._rng.random())
         self._decode_rr = itertools.cycle(range(len(spec.decode_urls)))
         slots = [(i, r) for i in range(len(spec.prefill_urls)) for r in range(spec.prefill_dp_size)]
         # Successors currently pinned to each (prefill worker, DP rank).
@@ -106,10 +118,22 @@ class Deployment:
         self._pick_rr = itertools.count()
 
     # --- stickiness ---------------------------------------------------------------------------
+    @property
+    def planned_split(self) -> bool:
+        """Whether a plan splits this model's requests (then we dispatch every request)."""
+        return bool(self.spec.prefill_shares or self.spec.decode_shares)
+
+    def _draw(self, shares: list[float]) -> int:
+        return self._share_rng.choices(range(len(shares)), weights=shares)[0]
+
     def pick_prefill(self) -> PrefillTarget:
-        """The least-pinned (prefill worker, DP rank); ties rotate. Release it with `unpin`."""
+        """With a plan's split, a prefill worker drawn by share, else the least-pinned one;
+        then its least-pinned DP rank (ties rotate). Release it with `unpin`."""
         n = next(self._pick_rr)
         keys = list(self._pinned)
+        if self.spec.prefill_shares:
+            worker = self._draw(self.spec.prefill_shares)
+            keys = [k for k in keys if k[0] == worker]
         order = keys[n % len(keys) :] + keys[: n % len(keys)]
         index, rank = min(order, key=lambda k: self._pinned[k])
         self._pinned[(index, rank)] += 1
@@ -141,6 +165,13 @@ class Deployment:
     async def warmup(self, target: PrefillTarget, input_ids: list[int], rid: str) -> dict:
         """Prefill `input_ids` into the target's radix cache; nothing goes to decode.
         Returns the reply's meta_info (prompt_tokens, cached_tokens)."""
+        load = self._metrics.worker_load(self.name, "prefill", target.index)
+        try:
+            return await self._send_warmup(target, input_ids, rid)
+        finally:
+            load.end()
+
+    async def _send_warmup(self, target: PrefillTarget, input_ids: list[int], rid: str) -> dict:
         if self._warmup_verb == "prefill_only":
             # The room pins the DP rank (room % dp_size), as on the final request: without it
             # the verb draws a random room and the warm-up may fill another rank's cache.
@@ -178,13 +209,17 @@ class Deployment:
         urls = self.spec.prefill_urls + self.spec.decode_urls
         # The native router picks the decode worker: count the stream on every one of the model
         # (exact with one decode worker; with more it keeps warm-ups back a little too often).
-        stream = self._decoding(_releasing(stream, held), self.spec.decode_urls)
+        stream = self._decoding(
+            _releasing(stream, held), self.spec.decode_urls, ("router", "native")
+        )
         return PDCall(body[P.RID], stream, urls, held)
 
     def dual(self, body: dict, target: PrefillTarget) -> PDCall:
         """The final PD request of a successor: the same JSON to its prefill worker and to a
         decode worker, joined by a fresh bootstrap room on the target's DP rank."""
-        decode_url = self.spec.decode_urls[next(self._decode_rr)]
+        shares = self.spec.decode_shares
+        decode = self._draw(shares) if shares else next(self._decode_rr)
+        decode_url = self.spec.decode_urls[decode]
         body = {
             **self._with_priority(body, critical=True),
             P.BOOTSTRAP_HOST: target.host,
@@ -195,13 +230,23 @@ class Deployment:
         # The stream fills `reply` in place once the prefill worker replied.
         reply = PrefillReply()
         stream = self._decoding(
-            self._dual_stream(body, target.url, decode_url, reply, held), [decode_url]
+            self._dual_stream(body, target, decode_url, reply, held),
+            [decode_url],
+            ("decode", decode),
         )
         return PDCall(body[P.RID], stream, [target.url, decode_url], held, reply)
 
     async def _dual_stream(
-        self, body: dict, prefill_url: str, decode_url: str, reply: PrefillReply, held: CriticalHold
+        self,
+        body: dict,
+        target: PrefillTarget,
+        decode_url: str,
+        reply: PrefillReply,
+        held: CriticalHold,
     ) -> AsyncIterator[dict]:
+        prefill_url = target.url
+        # Counted from here, not at dual(): a stream never iterated never reaches its finally.
+        load = self._metrics.worker_load(self.name, "prefill", target.index)
         prefill = asyncio.ensure_future(
             self._client.post_json(f"{prefill_url}/generate", body, "prefill", self._t.read_s)
         )
@@ -216,6 +261,7 @@ class Deployment:
                 )
                 if prefill.done() and reply.at is None:
                     held.release()  # the prefill worker replied: its part is over
+                    load.end()
                     # A failed prefill leaves decode waiting for KV that never comes: fail now.
                     if prefill.exception() is not None:
                         raise prefill.exception()
@@ -235,6 +281,7 @@ class Deployment:
                 reply.at = time.perf_counter()
         finally:
             held.release()
+            load.end()
             pending = [f for f in (nxt, prefill) if f is not None and not f.done()]
             for fut in pending:
                 fut.cancel()
@@ -244,9 +291,11 @@ class Deployment:
             await decode.aclose()
 
     async def _decoding(
-        self, stream: AsyncIterator[dict], decode_urls: list[str]
+        self, stream: AsyncIterator[dict], decode_urls: list[str], worker: tuple[str, int | str]
     ) -> AsyncIterator[dict]:
-        """`stream`, with its decode worker(s) counted busy on their device while it is open."""
+        """`stream`, with its decode worker(s) counted busy on their device while it is open,
+        and in flight on `worker` ((role, replica) in the metrics) until it ends."""
+        load = self._metrics.worker_load(self.name, *worker)
         devices = [(u, self._decode_devices[u]) for u in decode_urls if u in self._decode_devices]
         for url, device in devices:
             device.decode_started(url)
@@ -254,6 +303,7 @@ class Deployment:
             async for chunk in stream:
                 yield chunk
         finally:
+            load.end()
             for url, device in devices:
                 device.decode_ended(url)
             await stream.aclose()
