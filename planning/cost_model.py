@@ -127,11 +127,27 @@ def role_work(
     }
 
 
+@dataclass(frozen=True, slots=True)
+class Replica:
+    """One worker of a plan as the cost model sees it: its devices (node, index) and share."""
+
+    model: str
+    role: str
+    devices: tuple[tuple[str, int], ...]
+    share: float
+
+
 def critical_path_seconds(
-    configs: list[TopologyConfig], profile: Profile, concurrency: int, question_tokens: int
+    configs: list[TopologyConfig],
+    profile: Profile,
+    concurrency: int,
+    question_tokens: int,
+    replicas: list[Replica] | None = None,
 ) -> float:
-    """The longest chain of one question's requests (PD fixed cost, prefill, its decode steps at
-    the batch the round implies), over the configs: no plan answers a question sooner."""
+    """The longest chain of one question's requests (PD fixed cost, prefill, its decode steps),
+    over the configs. A request meets the replica its share sends it to: the batch there is the
+    round's batch × that share, its time divided by the replica's TP speed-up (no replicas: one
+    replica per role, tp 1)."""
     longest = 0.0
     for cfg in configs:
         batch = {  # a model's agents decoding at once in a question, × the questions in flight
@@ -143,20 +159,22 @@ def critical_path_seconds(
         for a in cfg.agents:
             mp = _model_profile(profile, cfg, a.model)
             prompt, out = prompt_tokens(cfg, a.id, question_tokens), max_new_tokens(cfg, a.id)
-            step = mp.decode_step_seconds(batch[a.model], prompt + out / 2)
-            weight[a.id] = mp.pd_fixed_seconds + mp.prefill_seconds(prompt) + out * step
+            mine = [r for r in replicas or () if r.model == a.model]
+            prefills = [(r.share, len(r.devices)) for r in mine if r.role == "prefill"]
+            decodes = [(r.share, len(r.devices)) for r in mine if r.role == "decode"]
+            prefill = sum(
+                share * mp.prefill_seconds(prompt) / tp_speedup(tp)
+                for share, tp in prefills or [(1.0, 1)]
+            )
+            step = sum(
+                share
+                * mp.decode_step_seconds(max(1.0, batch[a.model] * share), prompt + out / 2)
+                / tp_speedup(tp)
+                for share, tp in decodes or [(1.0, 1)]
+            )
+            weight[a.id] = mp.pd_fixed_seconds + prefill + out * step
         longest = max(longest, _chain(cfg, weight))
     return longest
-
-
-@dataclass(frozen=True, slots=True)
-class Replica:
-    """One worker of a plan as the cost model sees it: its devices (node, index) and share."""
-
-    model: str
-    role: str
-    devices: tuple[tuple[str, int], ...]
-    share: float
 
 
 def device_loads(

@@ -122,8 +122,11 @@ def plan_with_ilp(req: PlanRequest, evaluate: Evaluator | None = None) -> list[S
         if isinstance(placed, str):
             scored.append(Scored(name, None, None, None, placed))
             continue
-        loads = device_loads([p.replica for p in placed], work)
-        objective = max(loads.values())
+        replicas = [p.replica for p in placed]
+        objective = max(device_loads(replicas, work).values())
+        critical = critical_path_seconds(
+            req.configs, req.profile, req.concurrency, req.question_tokens, replicas
+        )
         plan = _deployment_plan(
             req, placed, work, objective, critical, solver if name == "plan" else {}
         )

@@ -150,8 +150,12 @@ def test_naive_and_greedy_baselines_are_plans(tree, profile):
     for s in scored:
         assert s.plan is not None and max(gpu_use(s.plan, work).values()) <= 141 * 1024
         assert all(sum(v) == pytest.approx(1.0) for v in shares(s.plan).values())
-    # The MILP is never worse than either baseline under its own objective.
+    # The MILP is never worse than either baseline under its own objective, nor (here) under the
+    # cost model's round estimate, which the plan carries when no simulator scores it.
     assert scored[0].objective_s <= min(s.objective_s for s in scored[1:]) + 1e-6
+    best = max(s.prediction.throughput_qps for s in scored[1:])
+    assert scored[0].plan.predicted.throughput_qps >= best
+    assert set(scored[0].plan.baselines) == {"naive", "greedy"}
 
 
 def test_a_cpu_plan_puts_workers_on_cores_sharing_ram():
