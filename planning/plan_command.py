@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 
 from planning.devices import Cluster, cluster
 from planning.ilp import MODES
@@ -71,7 +72,7 @@ def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int
     try:
         profile = Profile.load(args.profile)
     except (OSError, ValueError) as e:
-        err.print(f"[red]error:[/red] --profile {args.profile}: {e}")
+        err.print(f"[red]error:[/red] --profile {escape(args.profile)}: {escape(str(e))}")
         return 2
     configs = [load_config(c) for c in args.config]
     try:
@@ -89,8 +90,8 @@ def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int
             tuple(h.strip() for h in args.hosts.split(",")) if args.hosts else (),
         )
         scored = plan_with_ilp(req, evaluate)
-    except PlanError as e:
-        err.print(f"[red]error:[/red] {e}")
+    except PlanError as e:  # escaped: messages hold "N[xMEM]", which rich reads as markup
+        err.print(f"[red]error:[/red] {escape(str(e))}")
         return 2
     console = Console(width=max(Console().width, 132))
     plan = scored[0].plan
