@@ -46,7 +46,11 @@ def add_placement_args(
 ) -> None:
     """--gpus, --gpu-policy, --question-tokens; --concurrency (unless the command has its own)
     and --gpu-memory (assumed GPUs, only where nothing is started: plan, up --dry-run)."""
-    p.add_argument("--gpus", help="use only these GPUs (nvidia-smi indices), e.g. 0,1")
+    p.add_argument(
+        "--gpus",
+        help="use only these GPUs (nvidia-smi indices), e.g. 0,1; with plan --profile: GPUs per "
+        "node, N[xMEM], e.g. 8x141GiB",
+    )
     p.add_argument(
         "--gpu-policy",
         choices=POLICIES,
@@ -113,8 +117,26 @@ def print_placement(plan: Placement, console: Console | None = None) -> None:
         console.print(table)
 
 
+def _simulator():
+    """The simulator's predict_plan, or None (the cost model's estimate) where it is missing."""
+    try:
+        from simulation.predict import predict_plan
+    except ImportError:
+        Console(stderr=True).print(
+            "[yellow]note:[/yellow] simulation.predict is not installed here: the numbers are "
+            "the planner's cost model's round estimate, not a simulation"
+        )
+        return None
+    return predict_plan
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     from router.config_loader import load_config
+
+    if args.profile:
+        from planning.plan_command import run_plan
+
+        return run_plan(args, _simulator())
 
     configs = [load_config(c) for c in args.config]
     try:
@@ -127,9 +149,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
+    from planning.plan_command import add_plan_args
+
     p = sub.add_parser(
-        "plan", help="place a deployment's SGLang workers on GPUs by memory and print it"
+        "plan",
+        help="place a deployment's SGLang workers on GPUs by memory and print it; with "
+        "--profile, solve placement and replication as a MILP over profiled costs",
     )
     p.add_argument("--config", action="append", required=True, help="config (path or name)")
     add_placement_args(p)
+    add_plan_args(p)
     p.set_defaults(func=_cmd_plan)

@@ -72,7 +72,6 @@ def place(
     headroom = headroom_mib * MIB
     left = {g.index: g.free_mib * MIB for g in gpus}
     count = {g.index: 0 for g in gpus}
-    by_index = {g.index: g for g in gpus}
     # Bins in order of free memory: the roomiest GPUs fill first.
     order = sorted(gpus, key=lambda g: (-g.free_mib, g.index))
     placed: list[tuple[WorkerDemand, tuple[int, ...], int]] = []
@@ -96,9 +95,22 @@ def place(
             left[i] -= d.bytes_per_gpu(pool, headroom)
             count[i] += 1
         placed.append((d, chosen, pool))
+    return assign_turns(placed, gpus, policy, concurrency, headroom_mib)
+
+
+def assign_turns(
+    placed: list[tuple[WorkerDemand, tuple[int, ...], int]],
+    gpus: list[GPU],
+    policy: Policy = "pack",
+    concurrency: int = 1,
+    headroom_mib: int = HEADROOM_MIB,
+) -> Placement:
+    """The start turn and --mem-fraction-static of each placed (demand, GPUs, pool), in order:
+    a worker starts after every earlier worker on any of its GPUs is healthy, so each sees the
+    memory they left and sizes its pool from that (SGLang sizes it at its start)."""
+    headroom = headroom_mib * MIB
+    by_index = {g.index: g for g in gpus}
     plan = Placement(policy, concurrency, list(gpus), headroom_mib)
-    # Turns: a worker starts after every earlier worker on any of its GPUs is healthy, so each
-    # sees the memory they left and sizes its pool from that (SGLang sizes it at its start).
     used: dict[int, int] = {g.index: 0 for g in gpus}
     depth: dict[int, int] = {g.index: 0 for g in gpus}
     for d, chosen, pool in placed:

@@ -1,0 +1,103 @@
+"""`moa-pd plan --profile profile.json`: solve the placement and replication MILP for the devices
+named (--gpus N[xMEM] | --cpus N[xMEM], --nodes K), print the plan beside the naive and greedy
+baselines, and write plan.json (--out)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.console import Console
+from rich.markup import escape
+
+from planning.devices import Cluster, cluster
+from planning.ilp import MODES
+from planning.pack import PlanError
+from planning.plan_tables import comparison_table, worker_table
+from planning.planner import Evaluator, PlanRequest, plan_with_ilp
+from profiling.profile_file import Profile
+
+# A CPU worker's memory beyond weights and pool: the Python process and torch's runtime.
+CPU_HEADROOM_MIB = 1024
+
+
+def add_plan_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--profile", help="profile.json (moa-pd profile): solve placement and replication as a MILP"
+    )
+    p.add_argument(
+        "--mode",
+        choices=MODES,
+        default="replicate",
+        help="with --profile: replicate (replica counts free) or fixed (one replica per role)",
+    )
+    p.add_argument("--nodes", type=int, default=1, help="with --profile: nodes of --gpus each")
+    p.add_argument(
+        "--cpus",
+        metavar="N[xMEM]",
+        help="with --profile: plan for N cores sharing the node's RAM (default: this machine's)",
+    )
+    p.add_argument("--hosts", help="with --profile: the nodes' addresses, comma-separated")
+    p.add_argument("--out", help="with --profile: write the plan here (plan.json)")
+
+
+def _cluster(args: argparse.Namespace, profile: Profile) -> Cluster:
+    dev = profile.device
+    if args.cpus:
+        import psutil
+
+        ram = psutil.virtual_memory().total >> 20
+        return cluster("cpu", args.cpus, args.nodes, ram, dev.name)
+    spec = args.gpus or args.gpu_memory
+    if not spec:
+        if dev.kind != "cuda":
+            raise PlanError(
+                f"the profile is of a CPU ({dev.name}): give --cpus N, or --gpus N[xMEM] to plan "
+                "for GPUs"
+            )
+        spec = str(dev.count)
+    if "," in spec:
+        raise PlanError(
+            f"--gpus {spec!r}: with --profile, --gpus is a count of GPUs per node, e.g. 8 or "
+            "8x141GiB"
+        )
+    default = dev.memory_mib if dev.kind == "cuda" else None
+    return cluster("gpu", spec, args.nodes, default, dev.name)
+
+
+def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int:
+    from router.config_loader import load_config
+
+    err = Console(stderr=True)
+    try:
+        profile = Profile.load(args.profile)
+    except (OSError, ValueError) as e:
+        err.print(f"[red]error:[/red] --profile {escape(args.profile)}: {escape(str(e))}")
+        return 2
+    configs = [load_config(c) for c in args.config]
+    try:
+        clus = _cluster(args, profile)
+        req = PlanRequest(
+            configs,
+            list(args.config),
+            profile,
+            args.profile,
+            clus,
+            args.concurrency,
+            args.mode,
+            args.question_tokens,
+            CPU_HEADROOM_MIB if clus.kind == "cpu" else args.gpu_headroom_mib,
+            tuple(h.strip() for h in args.hosts.split(",")) if args.hosts else (),
+        )
+        scored = plan_with_ilp(req, evaluate)
+    except PlanError as e:  # escaped: messages hold "N[xMEM]", which rich reads as markup
+        err.print(f"[red]error:[/red] {escape(str(e))}")
+        return 2
+    console = Console(width=max(Console().width, 132))
+    plan = scored[0].plan
+    console.print(worker_table(plan))
+    console.print(comparison_table(scored))
+    if args.out:
+        plan.dump(args.out)
+        console.print(f"plan written to {Path(args.out)}")
+    return 0
