@@ -269,6 +269,11 @@ def _ran(a) -> bool:
     return not a.skipped and a.start_s is not None
 
 
+def _proposer(a) -> bool:
+    """A first-layer agent (rows without layers: one that read no precursor)."""
+    return (a.layer if a.layer is not None else 2 if a.slot_order else 1) == 1
+
+
 def _per_question(ok: Sequence[ResultRow]) -> dict:
     """Models run and output tokens per question, the routing share, posterior low rate."""
     if not ok:
@@ -283,7 +288,7 @@ def _per_question(ok: Sequence[ResultRow]) -> dict:
             np.mean([sum(len(a.output_ids) for a in r.agents.values()) for r in ok])
         ),
         "proposer_tokens_mean": float(
-            np.mean([sum(len(a.output_ids) for a in r.agents.values() if a.layer == 1) for r in ok])
+            np.mean([sum(len(a.output_ids) for a in r.agents.values() if _proposer(a)) for r in ok])
         ),
         "routing_share": (
             sum(r.routing.get("wall_s", 0.0) for r in routed) / e2e if routed and e2e > 0 else None

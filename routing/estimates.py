@@ -39,7 +39,7 @@ def model_size_b(cfg: TopologyConfig, model: str, source: str) -> float:
 
     try:
         return model_memory(cfg.models[model].model_path).parameters / 1e9
-    except ModelConfigError as e:
+    except (ModelConfigError, ValueError, OSError) as e:  # e.g. a 'dummy:SHAPE' path
         raise ConfigError(
             source,
             "routing.model_sizes_b",

@@ -378,3 +378,33 @@ async def test_posterior_correction_drops_or_orders_last(
             assert orders[0] == orders[1]  # pipelined and blocking build the same prompt
     finally:
         await cluster.close()
+
+
+# --- setting #6 in the summary ------------------------------------------------------------------
+def test_setting_6_in_the_summary_table_and_figure(tmp_path):
+    from rich.console import Console
+    from synthetic_results import ROUTED_OUT, ROUTING_WALL_S, make_rows
+
+    from experiments.figures import plot_work
+    from experiments.results import validate_row
+    from experiments.settings import SETTINGS, parse_settings
+    from experiments.summary import summarize
+    from experiments.summary_table import build_table
+
+    assert parse_settings("4,6")[1] == SETTINGS[6] and SETTINGS[6].topology == "routed"
+    assert SETTINGS[6].mode == "pipelined" and SETTINGS[6].early_exit
+    rows = [validate_row(r) for r in make_rows(datasets=("gsm8k",), settings=(3, 4, 6), n=6)]
+    by = {s.setting: s for s in summarize(rows)}
+    routed, full = by[6], by[3]
+    assert full.models_run_mean == 13 and routed.models_run_mean == 13 - len(ROUTED_OUT)
+    assert routed.proposer_tokens_mean == 3 * (9 - len(ROUTED_OUT)) < full.proposer_tokens_mean
+    e2e = sum(r.e2e_s for r in rows if r.setting == 6)
+    assert routed.routing_share == pytest.approx(6 * ROUTING_WALL_S / e2e)
+    assert full.routing_share is None
+    assert routed.paired["vs_4"]["questions"] == 6 and "mcnemar_p" in routed.paired["vs_4"]
+    console = Console(record=True, width=260)
+    console.print(build_table(summarize(rows)))
+    text = console.export_text()
+    assert "#6" in text and "models/q" in text and "vs #4" in text
+    assert plot_work(rows, tmp_path / "w.png").exists()
+    assert plot_work([r for r in rows if r.setting != 6], tmp_path / "x.png") is None
