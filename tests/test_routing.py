@@ -408,3 +408,74 @@ def test_setting_6_in_the_summary_table_and_figure(tmp_path):
     assert "#6" in text and "models/q" in text and "vs #4" in text
     assert plot_work(rows, tmp_path / "w.png").exists()
     assert plot_work([r for r in rows if r.setting != 6], tmp_path / "x.png") is None
+
+
+# --- through the HTTP API, and on the real engine -----------------------------------------------
+async def test_http_run_returns_the_routing_record_and_refuses_a_missing_scorer(
+    smollm_tokenizer_path,  # noqa: F811
+    routed,
+    tmp_path,
+):
+    from aiohttp.test_utils import TestClient, TestServer
+
+    from router.api_request import ROUTERS
+    from router.server import make_app
+
+    cfg = routed(k=2, posterior={"enabled": True, "action": "drop"})
+    raw = cfg.model_dump(mode="json") | {"name": "no_scorer"}
+    raw["routing"]["scorer"] = str(tmp_path / "missing.json")
+    broken = parse_config(json.dumps(raw))
+    fast = {"decode": {"token_delay_s": 0.001}, "router": {"token_delay_s": 0.001}}
+    cluster = await start_fake_cluster(smollm_tokenizer_path, **fast)
+    app = make_app(cluster.spec, {cfg.name: cfg, broken.name: broken})
+    app[ROUTERS] = PoolRouters(lambda name: FakeEmbeddings())
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    try:
+        r = await client.post("/v1/moa/run", json={"question": "2+2?", "config": cfg.name})
+        assert r.status == 200, await r.text()
+        out = await r.json()
+        assert len(out["routing"]["chosen"]) == 2 and len(out["posterior"]) == 1
+        assert sum(t["routed_out"] for t in out["trace"].values()) == 2
+        r = await client.post("/v1/moa/run", json={"question": "2+2?", "config": broken.name})
+        assert r.status == 400
+        assert "routing.scorer: cannot read" in (await r.json())["message"]
+    finally:
+        await client.close()
+        await cluster.close()
+
+
+@pytest.mark.slow
+async def test_a_routed_question_on_the_real_engine(stack, routed):
+    """The real MiniLM embeds the query and the answers; the reference engine runs the chosen
+    proposers, with early exit and posterior correction on the chosen set."""
+    from router.config import EarlyExit
+    from router.early_exit_hook import EarlyExitHooks
+    from tests.router_fixtures import stack_cluster
+
+    cfg = routed(k=3, posterior={"enabled": True, "action": "last"})
+    cfg = cfg.model_copy(update={"early_exit": EarlyExit(enabled=True, min_completed=2)})
+    hooks = EarlyExitHooks()
+    routers = PoolRouters(hooks.embedding)
+    try:
+        async with RouterContext.open(stack_cluster(stack)) as ctx:
+            s = Session(
+                ctx,
+                cfg,
+                "What is 7 times 8?",
+                "pipelined",
+                on_completion=hooks(cfg),
+                route=routers(cfg),
+                posterior=routers.posterior(cfg),
+            )
+            result = await s.run_all()
+    finally:
+        hooks.close()
+    chosen = result.routing["chosen"]
+    assert len(chosen) == 3 and result.routing["embed_s"] > 0
+    for d in result.early_exit:
+        assert set(d["completed"]) <= set(chosen) and set(d["killed"]) <= set(chosen)
+    (rec,) = result.posterior
+    assert set(rec["scores"]) <= set(chosen) and rec["scores"]
+    assert set(result.trace["final"]["slot_order"]) == set(rec["scores"])
+    assert result.answer
