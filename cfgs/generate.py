@@ -494,6 +494,9 @@ def main() -> None:
             "k": 3,
             "min_k": 1,
             "weights": {"performance": 1.0, "cost": 0.2, "latency": 0.2},
+            # planning/model_memory.py's counts (134,515,008 and 268,098,176), declared so the
+            # router does not build the models on the meta device at start-up.
+            "model_sizes_b": {"smollm2": 0.1345, "gemma3": 0.2681},
             # Measured order of magnitude on this 2-core CPU; a profile.json replaces them.
             "decode_tokens_per_s": {"smollm2": 40.0, "gemma3": 20.0},
             "posterior_correction": {"enabled": True, "action": "last"},

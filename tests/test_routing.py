@@ -479,3 +479,17 @@ async def test_a_routed_question_on_the_real_engine(stack, routed):
     assert set(rec["scores"]) <= set(chosen) and rec["scores"]
     assert set(result.trace["final"]["slot_order"]) == set(rec["scores"])
     assert result.answer
+
+
+def test_estimates_use_declared_sizes_and_speeds_and_name_what_is_missing():
+    from routing.estimates import estimate_pool
+
+    raw = pooled(2, model_sizes_b={"smollm2": 0.5}, decode_tokens_per_s={"smollm2": 50.0})
+    raw["pool"]["candidates"][1]["sampling"] = {"max_new_tokens": 200}
+    raw["sampling"] = {"max_new_tokens": 100}
+    est = estimate_pool(parse_config(json.dumps(raw)), "t")
+    assert est["c0"].cost == pytest.approx(50.0) and est["c1"].cost == pytest.approx(100.0)
+    assert est["c1"].latency_s == pytest.approx(4.0)
+    raw = pooled(2, model_sizes_b={"smollm2": 0.5}, weights={"latency": 1.0})
+    with pytest.raises(ConfigError, match=r"routing.decode_tokens_per_s: .*'smollm2' has no"):
+        estimate_pool(parse_config(json.dumps(raw)), "t")
