@@ -69,6 +69,18 @@ class PoolRouter:
         return decision
 
 
+def _routing_view(cfg: TopologyConfig) -> tuple:
+    """What a PoolRouter depends on: a request that only changes the final agent's sampling
+    (an OpenAI max_tokens) reuses the loaded scorer."""
+    return (
+        cfg.routing,
+        cfg.pool,
+        cfg.models,
+        cfg.early_exit.embedding_model,
+        [cfg.sampling_of(c) for c in cfg.pool_ids],
+    )
+
+
 class PoolRouters:
     """Per router process: `routers(cfg)` → that config's PoolRouter (None without routing).
     `embedding(name)` gives the embedding service of a model name (the early-exit hooks' own,
@@ -82,7 +94,7 @@ class PoolRouters:
         if cfg.routing is None:
             return None
         cached = self._by_config.get(cfg.name)
-        if cached is None or cached[0] != cfg:
+        if cached is None or _routing_view(cached[0]) != _routing_view(cfg):
             source = f"config '{cfg.name}'"
             router = PoolRouter(
                 cfg,

@@ -493,3 +493,15 @@ def test_estimates_use_declared_sizes_and_speeds_and_name_what_is_missing():
     raw = pooled(2, model_sizes_b={"smollm2": 0.5}, weights={"latency": 1.0})
     with pytest.raises(ConfigError, match=r"routing.decode_tokens_per_s: .*'smollm2' has no"):
         estimate_pool(parse_config(json.dumps(raw)), "t")
+
+
+def test_a_router_is_loaded_once_per_routing_and_none_without_it(routed):
+    from router.api_request import with_final_sampling
+
+    cfg = routed(k=2)
+    routers = PoolRouters(lambda name: FakeEmbeddings())
+    first = routers(cfg)
+    assert routers(with_final_sampling(cfg, {"max_new_tokens": 3})) is first
+    other = cfg.model_copy(update={"routing": cfg.routing.model_copy(update={"k": 1})})
+    assert routers(other) is not first and routers.posterior(cfg) is None
+    assert routers(load_config("tree_3_1_cpu")) is None
