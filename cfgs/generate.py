@@ -206,6 +206,68 @@ def fixed_lengths(tokens: list[int]) -> list[dict]:
     return [{"max_new_tokens": n, "min_new_tokens": n} for n in tokens]
 
 
+# Routed configs (issue 20): a pool of candidate proposers (models × personas × sampling) read by
+# one aggregator through `<|answers:pool|>`; routing picks k per question. Add a CPU model to
+# CPU_POOL_MODELS (and to the config's models) to grow the pool.
+CPU_POOL_MODELS = ["smollm2", "gemma3"]
+POOL_PERSONAS = PERSONAS[:2]
+CPU_POOL_SAMPLING = {
+    "greedy": {"temperature": 0.0, "max_new_tokens": 96},
+    "t07": {"temperature": 0.7, "top_p": 0.9, "sampling_seed": 7, "max_new_tokens": 96},
+}
+PERSONA_NAMES = ["careful", "concise", "tutor"]
+
+
+def pool(models: list[str], personas: list[str], samplings: dict[str, dict]) -> dict:
+    """Every model × persona × sampling as one candidate, with an id that says which."""
+    candidates = [
+        {
+            "id": f"{m}.{PERSONA_NAMES[i]}.{s}",
+            "model": m,
+            "persona": p,
+            "sampling": sampling,
+        }
+        for m in models
+        for i, p in enumerate(personas)
+        for s, sampling in samplings.items()
+    ]
+    return {"candidates": candidates}
+
+
+def routed(
+    name: str,
+    description: str,
+    models: dict,
+    candidates: dict,
+    root_model: str,
+    sampling: dict,
+    routing: dict,
+) -> None:
+    """A pool read by one aggregator (the final agent): the tree's proposer layer is the pool."""
+    templates = {
+        "aggregate_final": {
+            "system": AGGREGATOR_SYSTEM,
+            "user": "Question:\n{question}\n\nCandidate answers:\n\n<|answers:pool|>\n\n"
+            "Now write the best answer to the question, ending with the final answer.",
+        }
+    }
+    agents = [{"id": "final", "model": root_model, "template": "aggregate_final"}]
+    cfg = {
+        "name": name,
+        "description": description,
+        "models": models,
+        "pool": candidates,
+        "routing": routing,
+        "templates": templates,
+        "agents": agents,
+        "sampling": sampling,
+        "early_exit": {"enabled": False, "method": "q", "embedding_model": "all-minilm-l6-v2"},
+        "incremental_prefill": {"enabled": True, "chunk_policy": "adaptive"},
+        "slot_order": "template",
+    }
+    (HERE / f"{name}.json").write_text(json.dumps(cfg, indent=2, ensure_ascii=False) + "\n")
+
+
 def write(
     name: str,
     description: str,
@@ -414,6 +476,53 @@ def main() -> None:
         t,
         CPU_SAMPLING,
         "all-minilm-l6-v2",
+    )
+
+    cpu_pool = pool(CPU_POOL_MODELS, POOL_PERSONAS, CPU_POOL_SAMPLING)
+    n = len(cpu_pool["candidates"])
+    routed(
+        "routed_pool_cpu",
+        f"CPU, routed (issue 20): a pool of {n} candidates, SmolLM2-135M and Gemma-3-270M × 2 "
+        "personas × greedy or T=0.7; routing runs the 3 best per question (scorer: moa-pd "
+        "train-scorer --out runs/scorer_routed_pool_cpu.json); aggregator SmolLM2-135M.",
+        mixed,
+        cpu_pool,
+        "smollm2",
+        CPU_SAMPLING,
+        {
+            "scorer": "runs/scorer_routed_pool_cpu.json",
+            "k": 3,
+            "min_k": 1,
+            "weights": {"performance": 1.0, "cost": 0.2, "latency": 0.2},
+            # planning/model_memory.py's counts (134,515,008 and 268,098,176), declared so the
+            # router does not build the models on the meta device at start-up.
+            "model_sizes_b": {"smollm2": 0.1345, "gemma3": 0.2681},
+            # Measured order of magnitude on this 2-core CPU; a profile.json replaces them.
+            "decode_tokens_per_s": {"smollm2": 40.0, "gemma3": 20.0},
+            "posterior_correction": {"enabled": True, "action": "last"},
+        },
+    )
+    gpu_pool = pool(DUMMY_TRIO, PERSONAS[:3], {"fixed": fixed_lengths([500])[0]})
+    routed(
+        "routed_pool_qwen3_gpu",
+        "GPU, weight-free, routed (issue 20): RouteMoA's kind of pool, Qwen3 4B/8B/32B shapes × 3 "
+        "personas (random weights, load_format dummy; answers of exactly 500 tokens); routing "
+        "runs the 3 best per question; aggregator 32B "
+        f"({DUMMY_SAMPLING['max_new_tokens']} tokens); greedy.",
+        dummy_models(DUMMY_TRIO),
+        gpu_pool,
+        large,
+        DUMMY_SAMPLING,
+        {
+            "scorer": "runs/scorer_routed_pool_qwen3_gpu.json",
+            "k": 3,
+            "min_k": 1,
+            "weights": {"performance": 1.0, "cost": 0.2, "latency": 0.2},
+            "model_sizes_b": {"qwen3-4b": 4.0, "qwen3-8b": 8.2, "qwen3-32b": 32.8},
+            # H100 bf16 decode at batch 1, order of magnitude; a profile.json replaces them.
+            "decode_tokens_per_s": {"qwen3-4b": 150.0, "qwen3-8b": 110.0, "qwen3-32b": 40.0},
+            "posterior_correction": {"enabled": True, "action": "last"},
+        },
     )
 
 

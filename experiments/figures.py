@@ -1,5 +1,6 @@
 """Paper-style PNG figures from results rows: Fig. 4(ii) latency + accuracy, Fig. 4(i) activation
-and early-exit overhead, a latency CDF, and Fig. 4(iii) from microbench rows. Called by
+and early-exit overhead, a latency CDF, the work per question (models run, proposer tokens) when
+a run has the routed setting #6, and Fig. 4(iii) from microbench rows. Called by
 `moa-pd plot` and the runner. Uses matplotlib's object API (Agg canvas), never pyplot state.
 """
 
@@ -21,7 +22,14 @@ from experiments.timeline import plot_timeline
 
 log = logging.getLogger(__name__)
 
-SETTING_COLORS = {1: "#9e9e9e", 2: "#4c72b0", 3: "#55a868", 4: "#c44e52", 7: "#1f3a63"}
+SETTING_COLORS = {
+    1: "#9e9e9e",
+    2: "#4c72b0",
+    3: "#55a868",
+    4: "#c44e52",
+    6: "#dd8452",
+    7: "#1f3a63",
+}
 # Setting #5 (single model): one shade per model, in the run's model order.
 SINGLE_COLORS = ("#8172b2", "#937860", "#da8bc3", "#ccb974", "#64b5cd")
 
@@ -207,6 +215,44 @@ def plot_activation(
     return _save(fig, Path(path), dpi)
 
 
+ROUTED = 6
+
+
+def plot_work(rows: Sequence[ResultRow], path: str | Path, dpi: int = 150) -> Path | None:
+    """Per dataset and setting: models run per question and proposer output tokens per question
+    (mean), what routing (#6) saves against running every proposer. None (nothing written)
+    without a #6 row."""
+    if not any(r.setting == ROUTED and r.ok for r in rows):
+        return None
+    summaries = [s for s in summarize(rows) if s.models_run_mean is not None]
+    datasets = sorted({s.dataset for s in summaries})
+    keys = sorted(
+        {(s.setting, s.single_model) for s in summaries}, key=lambda k: (k[0], k[1] or "")
+    )
+    by = {(s.dataset, (s.setting, s.single_model)): s for s in summaries}
+    fig = Figure(figsize=(max(8.0, 1.2 * len(datasets) * len(keys) / 2 + 5), 3.8))
+    axes = fig.subplots(1, 2)
+    x = np.arange(len(datasets))
+    offsets, w = _grouped_x(len(datasets), len(keys))
+    for ax, attr, fmt in (
+        (axes[0], "models_run_mean", "%.1f"),
+        (axes[1], "proposer_tokens_mean", "%.0f"),
+    ):
+        for off, k in zip(offsets, keys):
+            values = [getattr(by[(d, k)], attr) if (d, k) in by else np.nan for d in datasets]
+            bars = ax.bar(x + off, values, w, label=setting_label(*k), color=_color(k, keys))
+            ax.bar_label(bars, fmt=fmt, padding=2, fontsize=7)
+        ax.set_xticks(x, datasets)
+        ax.set_xlabel("dataset")
+    axes[0].set_ylabel("agents run per question (mean)")
+    axes[0].set_title("Models run per question", fontsize=10)
+    axes[1].set_ylabel("proposer output tokens per question (mean)")
+    axes[1].set_title("Proposer tokens per question", fontsize=10)
+    axes[1].legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize=8, title="setting")
+    fig.tight_layout()
+    return _save(fig, Path(path), dpi)
+
+
 def plot_latency_cdf(rows: Sequence[ResultRow], path: str | Path, dpi: int = 150) -> Path:
     """Empirical CDF of per-sample E2E latency, one line per setting, one panel per dataset."""
     datasets = sorted({r.dataset for r in rows})
@@ -271,6 +317,7 @@ def write_figures(rows: Sequence[ResultRow], run_dir: str | Path, dpi: int = 150
         plot_activation(rows, run_dir / "fig_activation_ee.png", dpi),
         plot_latency_cdf(rows, run_dir / "fig_latency_cdf.png", dpi),
         plot_timeline(rows, run_dir / "fig_timeline.png", dpi),
+        plot_work(rows, run_dir / "fig_work_routing.png", dpi),
     ]
     return [p for p in written if p is not None]
 

@@ -38,6 +38,7 @@ class AgentTrace(BaseModel):
     first_token_s: float | None = None
     end_s: float | None = None
     warmups: int = 0
+    skipped: bool = False  # never ran: a bypassed successor, a candidate routing left out
     warmup_spans: list[list[float]] = []  # [sent_s, replied_s, tokens, cached_tokens]
     worker_timing: dict[str, float] = {}
     # None where the workers' numbers are not known: an agent killed before its final request.
@@ -86,6 +87,10 @@ class ResultRow(BaseModel):
     session_started_at: float | None = None
     agents: dict[str, AgentTrace] = {}
     early_exit: list[EarlyExitRecord] = []
+    # Setting #6: the routing decision (routing.choose.RoutingDecision.to_record()) and the
+    # posterior corrections (routing.posterior.PosteriorDecision.to_record()).
+    routing: dict | None = None
+    posterior: list[dict] = []
     error: str | None = None
     config: str | None = None
     mode: str | None = None

@@ -1,4 +1,5 @@
-"""`moa-pd run`: the paper's settings #1-#4 on the same questions, one results row per
+"""`moa-pd run`: the paper's settings #1-#4 (and #5-#7, experiments/settings.py) on the same
+questions, one results row per
 (sample, setting), appended and flushed as each finishes so a run can resume."""
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ class RunSpec:
     # --gpus/--gpu-policy/--question-tokens of the deployment it brings up (planning/); its
     # KV pools are sized for `concurrency`.
     gpu_placement: PlacementOptions | None = None
+    # Setting #6: the config with a pool and routing.
+    routed_config: str | None = None
 
 
 class FailFast(RuntimeError):
@@ -60,6 +63,13 @@ def config_for(spec: RunSpec, setting: Setting) -> str:
                 "leave 1 out of --settings"
             )
         return spec.dense_config
+    if setting.topology == "routed":
+        if not spec.routed_config:
+            raise ValueError(
+                "setting 6 (routed) needs --routed-config (a config with a pool and routing, "
+                "e.g. cfgs/routed_pool_cpu.json); add it or leave 6 out of --settings"
+            )
+        return spec.routed_config
     return spec.tree_config
 
 
@@ -115,6 +125,8 @@ def result_row(
         "session_started_at": (graph or {}).get("started_at"),
         "agents": (graph or {}).get("trace", {}),
         "early_exit": (graph or {}).get("early_exit", []),
+        "routing": (graph or {}).get("routing"),
+        "posterior": (graph or {}).get("posterior") or [],
         "final_text": answer_text,
         "error": error,
     }
@@ -353,6 +365,11 @@ def _schedule(
     return [(s, [q]) for q in questions for s in spec.settings if q.id in pending[s.number]]
 
 
+def _runs(spec: RunSpec, config: str) -> bool:
+    """Whether a setting of the run uses `config` (a routed config is deployed only for #6)."""
+    return config != spec.routed_config or any(s.topology == "routed" for s in spec.settings)
+
+
 def run_experiment(spec: RunSpec) -> list[Path]:
     """Run (bringing a deployment up and down when no cluster is given), then write summary.json,
     the comparison table and the figures; returns the files written."""
@@ -368,7 +385,9 @@ def run_experiment(spec: RunSpec) -> list[Path]:
     else:
         from launch.commands import bring_up, make_stack
 
-        configs = [spec.tree_config] + ([spec.dense_config] if spec.dense_config else [])
+        configs = [spec.tree_config] + [
+            c for c in (spec.dense_config, spec.routed_config) if c and _runs(spec, c)
+        ]
         placement = replace(spec.gpu_placement or PlacementOptions(), concurrency=spec.concurrency)
         stack = make_stack(
             configs,

@@ -1,4 +1,4 @@
-"""`moa-pd run`: settings #1-#4 of the paper on one dataset; see experiments/run.py."""
+"""`moa-pd run`: settings #1-#4 of the paper (and #5-#7) on one dataset; see experiments/run.py."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="the tree topology (settings 2-4)")
     p.add_argument("--dense-config", help="the dense all-to-all topology (setting 1 only)")
     p.add_argument(
+        "--routed-config",
+        help="the config with a pool and routing (setting 6 only), e.g. cfgs/routed_pool_cpu.json",
+    )
+    p.add_argument(
         "--dataset",
         required=True,
         help="gsm8k, math500, aime2025, mmlu_prox_lite, ifbench, bbh, hmmt_feb_2025, mmlu, "
@@ -30,7 +34,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--settings",
         default="1,2,3,4",
         help="which settings, e.g. 2,3 (default the paper's four; 5: single model, "
-        "6: tree blocking by layer)",
+        "6: tree + routing, pipelined + EE (needs --routed-config), 7: tree blocking by layer)",
     )
     p.add_argument("--concurrency", type=int, default=1, help="questions in flight at once")
     p.add_argument("--out", required=True, help="run folder: results.jsonl, summary, figures")
@@ -72,6 +76,7 @@ def main(args: argparse.Namespace) -> int:
             args.pin_cpus,
             keep_going=args.keep_going,
             gpu_placement=PlacementOptions.from_args(args),
+            routed_config=args.routed_config,
         )
         written = run_experiment(spec)
     except ValueError as e:
@@ -121,6 +126,8 @@ def resume_command(args: argparse.Namespace) -> str:
             args.settings,
         ]
         argv += ["--dense-config", args.dense_config] if args.dense_config else []
+        routed = getattr(args, "routed_config", None)
+        argv += ["--routed-config", routed] if routed else []
         argv += ["--cluster", args.cluster] if args.cluster else []
     if "--resume" not in argv:
         argv.append("--resume")

@@ -1,6 +1,7 @@
 """The paper's four settings (§5.3): which topology, which router mode, early exit or not; #5,
 the single-model baseline (each model of the tree config alone, experiments/single_model.py);
-and #7, the tree in the paper's own blocking baseline: layer by layer, every agent of a layer
+#6, routed (issue 20): the routed config (a pool and a router, routing/) pipelined with early
+exit as in #4, each question running only the proposers its router chose; and #7, the tree in the paper's own blocking baseline: layer by layer, every agent of a layer
 waits for the whole previous layer (#2 starts each successor once its own precursors ended, a
 stronger baseline). On a dense all-to-all topology the two blocking modes are the same.
 """
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 class Setting:
     number: int
     label: str
-    topology: str  # "dense", "tree" or "single" (each model of the tree config alone)
+    # "dense", "tree", "routed" (the --routed-config) or "single" (each model of the tree alone)
+    topology: str
     mode: str  # the shell router's mode: "blocking", "blocking_layer" or "pipelined"
     early_exit: bool
 
@@ -25,7 +27,7 @@ SETTINGS = {
     3: Setting(3, "#3 tree, pipelined", "tree", "pipelined", False),
     4: Setting(4, "#4 tree, pipelined + EE", "tree", "pipelined", True),
     5: Setting(5, "#5 single model", "single", "blocking", False),
-    # #6 is kept for the routed setting (issue 20: tree + RouteMoA-style routing).
+    6: Setting(6, "#6 tree + routing, pipelined + EE", "routed", "pipelined", True),
     7: Setting(7, "#7 tree, blocking by layer", "tree", "blocking_layer", False),
 }
 SINGLE = 5

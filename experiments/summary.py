@@ -26,9 +26,9 @@ log = logging.getLogger(__name__)
 REFERENCE_SETTINGS = (1, 2)
 BLOCKING_REFERENCE = 2
 # Settings every other setting is compared with, paired per question (3: what early exit and
-# the single-model baseline are measured against, besides #1 and #2; 6: the paper's own
-# baseline, blocking layer by layer).
-PAIRED_REFERENCES = (1, 2, 3, 7)
+# the single-model baseline are measured against, besides #1 and #2; 4: what routing (#6) is
+# measured against, all proposers running; 7: the paper's own baseline, blocking by layer).
+PAIRED_REFERENCES = (1, 2, 3, 4, 7)
 
 
 @dataclass(slots=True)
@@ -86,6 +86,16 @@ class SettingSummary:
     # Each distinct error of the failed rows (first 300 characters) and how many rows had it, so
     # a run where everything failed still says why.
     error_messages: dict[str, int] = field(default_factory=dict)
+    # Per question (rows without an error): agents that ran a model (not a candidate routing left
+    # out, not a bypassed successor), output tokens of all agents and of the first layer (the
+    # proposers).
+    models_run_mean: float | None = None
+    tokens_mean: float | None = None
+    proposer_tokens_mean: float | None = None
+    # Routed settings: Σ routing decision wall time ÷ Σ e2e_s (issue 20 wants ≤ 1%), and the
+    # share of posterior-corrected answers found low (dropped or ordered last).
+    routing_share: float | None = None
+    posterior_low_rate: float | None = None
 
 
 def per_sample_ratios(
@@ -251,7 +261,40 @@ def summarize_setting(
         pd_breakdown_s=median_path_breakdown(ok),
         overlap_gain=_overlap_gain(rows, mine, dataset, setting),
         error_messages=dict(Counter(r.error[:300] for r in mine if r.error).most_common()),
+        **_per_question(ok),
     )
+
+
+def _ran(a) -> bool:
+    return not a.skipped and a.start_s is not None
+
+
+def _proposer(a) -> bool:
+    """A first-layer agent (rows without layers: one that read no precursor)."""
+    return (a.layer if a.layer is not None else 2 if a.slot_order else 1) == 1
+
+
+def _per_question(ok: Sequence[ResultRow]) -> dict:
+    """Models run and output tokens per question, the routing share, posterior low rate."""
+    if not ok:
+        return {}
+    routed = [r for r in ok if r.routing]
+    corrected = [s for r in ok for p in r.posterior for s in p.get("scores", {})]
+    low = sum(len(p.get("low", [])) for r in ok for p in r.posterior)
+    e2e = sum(r.e2e_s for r in routed)
+    return {
+        "models_run_mean": float(np.mean([sum(map(_ran, r.agents.values())) for r in ok])),
+        "tokens_mean": float(
+            np.mean([sum(len(a.output_ids) for a in r.agents.values()) for r in ok])
+        ),
+        "proposer_tokens_mean": float(
+            np.mean([sum(len(a.output_ids) for a in r.agents.values() if _proposer(a)) for r in ok])
+        ),
+        "routing_share": (
+            sum(r.routing.get("wall_s", 0.0) for r in routed) / e2e if routed and e2e > 0 else None
+        ),
+        "posterior_low_rate": low / len(corrected) if corrected else None,
+    }
 
 
 def _overlap_gain(
@@ -319,6 +362,13 @@ def summary_document(summaries: Sequence[SettingSummary], source: str) -> dict:
             "pipelined settings vs #2 over paired questions: possible_s = sum of #2's exposed "
             "prefill on its critical path (what perfect overlap could save), realized_s = sum of "
             "e2e(#2) - e2e(this)"
+        ),
+        "per_question": (
+            "models_run_mean: agents that ran a model per question (a candidate routing left "
+            "out or a bypassed successor did not); tokens_mean / proposer_tokens_mean: output "
+            "tokens of all agents / of the first layer; routing_share: Σ routing decision wall "
+            "time ÷ Σ e2e; posterior_low_rate: answers posterior correction dropped or ordered "
+            "last ÷ answers it scored"
         ),
         "settings": [asdict(s) for s in summaries],
     }

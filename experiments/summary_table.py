@@ -37,7 +37,7 @@ def _ratio_pair(median: float | None, mean: float | None, ci: list[float] | None
 
 # The setting each one's accuracy is compared with in the table: the one it changes one thing
 # of (#4 adds early exit to #3, ...); summary.json holds every pair.
-ACCURACY_REFERENCE = {2: 1, 3: 2, 4: 3}
+ACCURACY_REFERENCE = {2: 1, 3: 2, 4: 3, 6: 4}
 
 
 def _accuracy_diff(s: SettingSummary) -> str:
@@ -66,6 +66,12 @@ def _ee(s: SettingSummary) -> str:
     return f"{_pct(s.ee_overhead_share)}/{_pct(s.ee_critical_share)}"
 
 
+def _tokens(s: SettingSummary) -> str:
+    if s.tokens_mean is None:
+        return "-"
+    return f"{s.tokens_mean:.0f}/{s.proposer_tokens_mean:.0f}"
+
+
 def _activation(s: SettingSummary) -> str:
     return "\n".join(f"{m} {v:.0f}" for m, v in sorted(s.activation_pct.items())) or "-"
 
@@ -85,7 +91,9 @@ def build_table(summaries: Sequence[SettingSummary], title: str = "MoA settings"
             "and were not killed. exits: exits ÷ decisions that drew (moot: the draw said exit "
             "with nothing left to cut). EE: early-exit decision compute ÷ E2E / exiting decisions' "
             "wall time (their delay on the critical path) ÷ E2E. cached: cached ÷ prompt "
-            "tokens of agents with precursors."
+            "tokens of agents with precursors. models/q: agents that ran a model per question; "
+            "tokens/q: output tokens per question, all agents / proposers; route: routing "
+            "decision wall time ÷ E2E."
         ),
     )
     for name in (
@@ -105,6 +113,9 @@ def build_table(summaries: Sequence[SettingSummary], title: str = "MoA settings"
         "EE",
         "warm-ups",
         "cached",
+        "models/q",
+        "tokens/q",
+        "route",
     ):
         table.add_column(
             name, justify="left" if name in ("dataset", "set", "act %") else "right", no_wrap=True
@@ -131,6 +142,9 @@ def build_table(summaries: Sequence[SettingSummary], title: str = "MoA settings"
             _ee(s),
             _num(s.warmups_per_sample, "{:.1f}"),
             _pct(s.cached_token_ratio),
+            _num(s.models_run_mean, "{:.1f}"),
+            _tokens(s),
+            _pct(s.routing_share),
         )
     return table
 

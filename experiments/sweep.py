@@ -37,6 +37,7 @@ class SweepJob:
     backend: str = "torch"
     cluster: str | None = None
     resume: bool = False
+    routed_config: str | None = None
 
 
 # The runner: runs a job, leaving job.out_dir/results.jsonl. Tests pass a fake.
@@ -60,6 +61,7 @@ def run_with_experiments_run(job: SweepJob) -> object:
             cluster_path=Path(job.cluster) if job.cluster else None,
             resume=job.resume,
             backend=job.backend,
+            routed_config=job.routed_config,
         )
     )
 
@@ -85,6 +87,7 @@ def plan_jobs(spec: SweepSpec, resume: bool = False) -> list[SweepJob]:
             backend=spec.backend,
             cluster=spec.cluster,
             resume=resume,
+            routed_config=spec.routed_config,
         )
         for config in spec.configs
         for dataset in spec.datasets

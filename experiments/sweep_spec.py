@@ -30,6 +30,7 @@ class SweepSpec(BaseModel):
 
     configs: list[str] = Field(min_length=1, description="tree configs (settings 2-4)")
     dense_config: str | None = Field(None, description="all-to-all config for setting 1")
+    routed_config: str | None = Field(None, description="pool + routing config for setting 6")
     datasets: list[str] = Field(min_length=1)
     settings: list[int] = [1, 2, 3, 4]
     chunk_policies: list[str] = ["config"]
@@ -45,8 +46,8 @@ class SweepSpec(BaseModel):
         bad = [s for s in v if s not in SETTINGS]
         if bad or not v:
             raise ValueError(
-                f"settings are {CHOICES} (paper settings #1-#4, #5 single model, #7 tree "
-                f"blocking by layer), got {v}"
+                f"settings are {CHOICES} (paper settings #1-#4, #5 single model, #6 routed, "
+                f"#7 tree blocking by layer), got {v}"
             )
         return list(dict.fromkeys(v))
 
@@ -63,6 +64,10 @@ class SweepSpec(BaseModel):
             raise ValueError(
                 "setting 1 (dense all-to-all) needs 'dense_config'; add it or drop "
                 "1 from 'settings'"
+            )
+        if 6 in self.settings and not self.routed_config:
+            raise ValueError(
+                "setting 6 (routed) needs 'routed_config'; add it or drop 6 from 'settings'"
             )
         if self.cluster and self.chunk_policies != ["config"]:
             raise ValueError(

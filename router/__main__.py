@@ -10,8 +10,9 @@ import logging
 from aiohttp import web
 
 from router.api_key import ENV_VAR, ApiKeyError, key_from_env, read_key_file
+from router.api_request import ROUTERS
 from router.cluster import load_cluster
-from router.config_loader import load_configs_by_name
+from router.config_loader import ConfigError, load_configs_by_name
 from router.early_exit_hook import EarlyExitHooks
 from router.embedder import EmbedderError
 from router.server import make_app
@@ -55,6 +56,11 @@ def main(argv: list[str] | None = None) -> None:
         log.error("cannot serve early exit: %s", e)
         raise SystemExit(2) from None
     app = make_app(cluster, configs, early_exit_hook=hooks, api_key=api_key)
+    try:  # every routed config's scorer and model sizes, now
+        app[ROUTERS].check(configs.values())
+    except ConfigError as e:
+        log.error("cannot serve routing: %s", e)
+        raise SystemExit(2) from None
     log.info("API key: %s", "required" if api_key else "none")
     # Cancel a handler when its client disconnects, so its agents and their worker requests stop.
     web.run_app(

@@ -16,7 +16,7 @@ from router.context import RouterContext
 from router.incremental import WarmupLoop
 from router.pd import PDCall, PrefillTarget
 from router.stream_reader import StreamReader
-from router.successor_prompt import SuccessorPrompt, token_source
+from router.successor_prompt import PromptGate, SuccessorPrompt, token_source
 from router.template import TextSplicer, build_pieces, prompt_ids
 from router.trace import AgentTrace, Clock
 from sglang_ext import protocol as P
@@ -43,6 +43,8 @@ class AgentJob:
     rid_tag: str
     # blocking_layer: the agents of every earlier layer; the final request waits for them all.
     layer_barrier: list[str] = field(default_factory=list)
+    # Routing's posterior correction: holds the prompt until the chosen answers were scored.
+    gate: PromptGate | None = None
 
     @property
     def pipelined(self) -> bool:
@@ -134,6 +136,9 @@ class AgentRunner:
                     f"agent '{job.agent_id}' waited {wait_s:g}s for its precursors "
                     f"{prompt.kept()} without progress"
                 ) from e
+            if job.gate is not None:
+                prompt.check_precursors()  # a failed precursor fails it now, not at the gate
+                await job.gate.wait(wait_s)
             ids = prompt.state().ids
         job.trace.slot_order = list(prompt.order)
         return ids
@@ -158,6 +163,7 @@ class AgentRunner:
             job.dropped,
             dynamic=cfg.slot_order == "dynamic",
             forced_order=job.forced_order,
+            gate=job.gate,
         )
 
     async def _stream(self, call: PDCall) -> None:

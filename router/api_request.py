@@ -21,6 +21,8 @@ CTX = web.AppKey("ctx", RouterContext)
 STORE = web.AppKey("sessions", SessionStore)
 CONFIGS = web.AppKey("configs", ServedConfigs)
 HOOK = web.AppKey("hook", object)
+# routing.router_hook.PoolRouters: per config, the pool router and posterior correction.
+ROUTERS = web.AppKey("routers", object)
 # The cluster's internal URLs, kept out of every error a client sees (api_errors.scrub).
 ADDRESSES = web.AppKey("addresses", list)
 
@@ -29,6 +31,7 @@ __all__ = [
     "CONFIGS",
     "CTX",
     "HOOK",
+    "ROUTERS",
     "STORE",
     "BadRequest",
     "config_of",
@@ -114,6 +117,13 @@ def new_session(
             hook = factory(cfg_ee, dataset, task) if dataset is not None else factory(cfg_ee)
         except ValueError as e:
             raise BadRequest(f"early exit cannot run for config '{cfg.name}': {e}") from e
+    route = posterior = None
+    if cfg.routing is not None:
+        routers = request.app[ROUTERS]
+        try:
+            route, posterior = routers(cfg), routers.posterior(cfg)
+        except ValueError as e:  # a ConfigError: the scorer or a size/speed is missing
+            raise BadRequest(f"routing cannot run for config '{cfg.name}': {e}") from e
     return Session(
         request.app[CTX],
         cfg,
@@ -123,4 +133,6 @@ def new_session(
         slot_orders=slot_orders,
         on_completion=hook,
         question_id=None if question_id is None else str(question_id),
+        route=route,
+        posterior=posterior,
     )

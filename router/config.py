@@ -17,6 +17,9 @@ from sglang_ext import protocol as P
 # An agent's dependencies are exactly the slots in its template.
 SLOT_PATTERN = re.compile(r"<\|answer:([^|<>]+)\|>")
 QUESTION_FIELD = "{question}"
+# A pool's variadic slot (see Pool) and the answer placeholder of its per-candidate item.
+POOL_SLOT = "<|answers:pool|>"
+POOL_ITEM_ANSWER = "<|answer|>"
 
 
 class _Strict(BaseModel):
@@ -162,10 +165,105 @@ class AggregatorBypass(_Strict):
     q_threshold: float = Field(default=0.9, gt=0.0, le=1.0)
 
 
+class PoolCandidate(_Strict):
+    """One candidate proposer of a pool: a model of the config, a persona, sampling overrides.
+    It becomes an agent of the same id (template `pool.user` with `persona` as its system
+    prompt) that runs only on the questions routing chooses it for."""
+
+    id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9_.\-]+$")
+    model: str
+    persona: str | None = None
+    sampling: Sampling = Sampling()
+
+
+class Pool(_Strict):
+    """Candidate proposers. A successor's template reads whichever of them were chosen through
+    the one variadic slot `<|answers:pool|>`: it expands to `item` once per candidate (`{n}`:
+    its position, `<|answer|>`: its answer), joined by `separator`; the candidates not chosen
+    are dropped from the prompt as early exit drops a slot, so positions 1..k stay in order."""
+
+    candidates: list[PoolCandidate]
+    user: str = QUESTION_FIELD
+    item: str = "[Candidate {n}]\n<|answer|>"
+    separator: str = "\n\n"
+
+    @field_validator("candidates")
+    @classmethod
+    def _some(cls, candidates: list[PoolCandidate]) -> list[PoolCandidate]:
+        if not candidates:
+            raise ValueError("the pool has no candidates; add at least one or remove the pool")
+        return candidates
+
+    @field_validator("item")
+    @classmethod
+    def _one_answer(cls, item: str) -> str:
+        if item.count(POOL_ITEM_ANSWER) != 1:
+            raise ValueError(f"pool.item must hold {POOL_ITEM_ANSWER} exactly once")
+        return item
+
+
+class RoutingWeights(_Strict):
+    """The ranking: performance × p − cost × (tokens × size, as a share of the pool's largest)
+    − latency × (predicted seconds, as a share of the pool's slowest)."""
+
+    performance: float = Field(default=1.0, ge=0.0)
+    cost: float = Field(default=0.0, ge=0.0)
+    latency: float = Field(default=0.0, ge=0.0)
+
+
+class PosteriorCorrection(_Strict):
+    """After the chosen proposers answered: score each answer from its confidence (exp of its
+    mean token logprob) and its agreement with the others (the early-exit embeddings), with the
+    scorer's prior; answers below `relative_cutoff` × the best score are dropped from the
+    successor's prompt or ordered last. Nothing is re-generated."""
+
+    enabled: bool = False
+    action: Literal["drop", "last"] = "last"
+    prior_weight: float = Field(default=1.0, ge=0.0)
+    confidence_weight: float = Field(default=1.0, ge=0.0)
+    agreement_weight: float = Field(default=1.0, ge=0.0)
+    relative_cutoff: float = Field(default=0.8, gt=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> PosteriorCorrection:
+        if self.prior_weight + self.confidence_weight + self.agreement_weight <= 0.0:
+            raise ValueError("every posterior weight is 0; give at least one a positive weight")
+        return self
+
+
+class Routing(_Strict):
+    """Which pool candidates run per question, chosen before any runs (RouteMoA)."""
+
+    scorer: str = Field(description="scorer.json (moa-pd train-scorer); relative to the cwd")
+    k: int | None = Field(default=None, ge=1)
+    threshold: float | None = Field(default=None, ge=0.0, le=1.0)
+    min_k: int = Field(default=1, ge=1)
+    weights: RoutingWeights = RoutingWeights()
+    # Parameters in billions per model name; else counted from the model's config.json.
+    model_sizes_b: dict[str, float] = {}
+    # profile.json (moa-pd profile): decode seconds per token; else `decode_tokens_per_s`.
+    profile: str | None = None
+    decode_tokens_per_s: dict[str, float] = {}
+    posterior_correction: PosteriorCorrection = PosteriorCorrection()
+
+    @model_validator(mode="after")
+    def _one_rule(self) -> Routing:
+        if (self.k is None) == (self.threshold is None):
+            raise ValueError(
+                "routing takes either k (run the k best) or threshold (run all whose "
+                "predicted p reaches it), exactly one of them"
+            )
+        return self
+
+
 class TopologyConfig(_Strict):
     name: str
     description: str = ""
     models: dict[str, ModelSpec]
+    # Before `agents`: an error in a candidate is reported at pool.candidates[i], not at the
+    # agent it expands to.
+    pool: Pool | None = None
+    routing: Routing | None = None
     templates: dict[str, Template]
     agents: list[Agent]
     sampling: Sampling = Sampling(max_new_tokens=256, temperature=0.0)
@@ -182,11 +280,22 @@ class TopologyConfig(_Strict):
             raise ValueError("the agent list is empty; add at least one agent")
         return agents
 
+    @model_validator(mode="before")
+    @classmethod
+    def _expand_pool(cls, data):
+        # The pool's candidates become agents, and `<|answers:pool|>` their slots, so the
+        # graph, the launcher, incremental prefill and early exit see an ordinary topology.
+        from routing.pool_expansion import expand_pool
+
+        return expand_pool(data)
+
     @model_validator(mode="after")
     def _check_graph(self) -> TopologyConfig:
         # Imported here: topology.py builds on this module's types.
         from router.topology import check_graph
+        from routing.pool_expansion import check_pool
 
+        check_pool(self)
         check_graph(self)
         return self
 
@@ -203,6 +312,11 @@ class TopologyConfig(_Strict):
     def precursors(self, agent_id: str) -> list[str]:
         """The agents whose answers `agent_id` reads, in template order."""
         return self.template_of(agent_id).slots
+
+    @property
+    def pool_ids(self) -> list[str]:
+        """The pool's candidate ids (agents routing may leave out), in pool order."""
+        return [c.id for c in self.pool.candidates] if self.pool else []
 
     def sampling_of(self, agent_id: str) -> Sampling:
         return self.agent(agent_id).sampling.merged_over(self.sampling)

@@ -254,7 +254,15 @@ class EarlyExitHook:
         self, session: Session, successor: str, agent_id: str, entered: float
     ) -> list[str]:
         ee, bypass = self.cfg.early_exit, self.cfg.aggregator_bypass
-        state = self._clusters.setdefault(successor, ClusterState(self.cfg.precursors(successor)))
+        if successor not in self._clusters:
+            # The cluster is what runs: pool candidates routing left out are not planned.
+            planned = [
+                p
+                for p in self.cfg.precursors(successor)
+                if p not in getattr(session, "routed_out", ())
+            ]
+            self._clusters[successor] = ClusterState(planned)
+        state = self._clusters[successor]
         # Started before waiting for the cluster: the embedding runs while the others decode.
         if self._may_need_embedding(session, state, agent_id):
             self.start_embedding(session, agent_id)

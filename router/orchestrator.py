@@ -10,6 +10,12 @@ set) returns the precursors of `successor` to drop; `drop_slots` removes them fr
 (re-warming from the longest valid prefix) and aborts those no other successor still reads. The
 hook records its decisions in `Session.early_exit` and may skip a successor with `bypass`. A
 hook that raises fails the session (`run_all` raises AgentFailed naming it).
+
+Routing (a config with a pool and routing): `route(session)` decides, before any agent starts,
+which pool candidates run; the others never start and are dropped from every prompt that reads
+them. `posterior(session, successor, answers)` (posterior correction) scores the chosen answers
+once they all ended, while the successor's prompt is held (PromptGate); low ones are dropped or
+ordered last. Both are recorded in `Session.routing` and `Session.posterior`.
 """
 
 from __future__ import annotations
@@ -21,21 +27,28 @@ import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from router.agent_runner import AgentJob, AgentRunner
 from router.answer_cache import AnswerCache, PrecursorFailed
 from router.config import TopologyConfig
 from router.context import RouterContext
 from router.sglang_client import WorkerError
+from router.successor_prompt import PromptGate
 from router.topology import layers, successors
 from router.trace import AgentTrace, Clock
+
+if TYPE_CHECKING:
+    from routing.choose import RoutingDecision
+    from routing.posterior import PosteriorDecision
 
 log = logging.getLogger(__name__)
 
 Mode = Literal["pipelined", "blocking", "blocking_layer"]
 MODES = ("pipelined", "blocking", "blocking_layer")
 CompletionHook = Callable[["Session", str, str], Awaitable[list[str]]]
+RouteHook = Callable[["Session"], Awaitable["RoutingDecision"]]
+PosteriorHook = Callable[["Session", str, list[str]], Awaitable["PosteriorDecision"]]
 
 
 class UnknownAgent(ValueError):
@@ -59,6 +72,8 @@ class QuestionResult:
     final_agent: str
     trace: dict[str, dict]
     early_exit: list[dict] = field(default_factory=list)
+    routing: dict | None = None
+    posterior: list[dict] = field(default_factory=list)
 
 
 class Session:
@@ -74,6 +89,8 @@ class Session:
         slot_orders: dict[str, list[str]] | None = None,
         on_completion: CompletionHook | None = None,
         question_id: str | None = None,
+        route: RouteHook | None = None,
+        posterior: PosteriorHook | None = None,
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}, not {mode!r}")
@@ -104,6 +121,18 @@ class Session:
         self.failure: str | None = None
         # Agents whose request a worker refused as invalid (a 4xx): the question's fault.
         self.refused: set[str] = set()
+        # Routing: pool candidates this question does not run; the decision and corrections.
+        self.route, self.posterior_hook = route, posterior
+        self.routed_out: set[str] = set()
+        self._correcting: set[str] = set()
+        self.routing: dict | None = None
+        self.posterior: list[dict] = []
+        pool = set(cfg.pool_ids)
+        self.gates: dict[str, PromptGate] = (
+            {a: PromptGate() for a in ids if pool & set(cfg.precursors(a))}
+            if posterior is not None
+            else {}
+        )
 
     # --- running ------------------------------------------------------------------------------
     def start_agent(self, agent_id: str) -> asyncio.Task:
@@ -132,8 +161,11 @@ class Session:
 
         unwatch = self.ctx.health.watch(on_down)
         try:
+            if self.route is not None:
+                await self._route()
             for a in self.cfg.agents:
-                self.start_agent(a.id)
+                if a.id not in self.routed_out:
+                    self.start_agent(a.id)
             await asyncio.wait(self.tasks.values())
         finally:
             unwatch()
@@ -152,8 +184,28 @@ class Session:
                 final.error or f"final agent '{self.cfg.final}' was aborted", self.error_status
             )
         return QuestionResult(
-            self.id, final.text, self.cfg.final, self.trace(), list(self.early_exit)
+            self.id,
+            final.text,
+            self.cfg.final,
+            self.trace(),
+            list(self.early_exit),
+            self.routing,
+            list(self.posterior),
         )
+
+    async def _route(self) -> None:
+        """Choose this question's pool candidates; drop the others from every prompt."""
+        try:
+            decision = await self.route(self)
+        except Exception as e:
+            log.exception("session %s: routing failed", self.id)
+            raise AgentFailed(f"routing failed: {type(e).__name__}: {e}") from e
+        self.routing = decision.to_record()
+        self.routed_out = set(self.cfg.pool_ids) - set(decision.chosen)
+        for a in self.routed_out:
+            self.traces[a].routed_out = True
+            for r in self.readers[a]:
+                self.dropped[r].add(a)
 
     @property
     def error_status(self) -> int:
@@ -162,9 +214,14 @@ class Session:
         return 400 if self.refused and self.failure is None else 502
 
     def trace(self) -> dict[str, dict]:
-        # `skipped` is what activation_percentage reads: a bypassed successor ran no model.
+        # `skipped` is what activation_percentage reads: a bypassed successor ran no model, nor
+        # did a candidate routing left out.
         return {
-            a: {**t.to_dict(), "bypassed": a in self.bypassed, "skipped": a in self.bypassed}
+            a: {
+                **t.to_dict(),
+                "bypassed": a in self.bypassed,
+                "skipped": a in self.bypassed or a in self.routed_out,
+            }
             for a, t in self.traces.items()
         }
 
@@ -215,6 +272,7 @@ class Session:
             dropped=self.dropped[agent_id],
             forced_order=self.slot_orders.get(agent_id),
             rid_tag=self.rid_tag,
+            gate=self.gates.get(agent_id),
         )
 
     def _layer_barrier(self, agent_id: str) -> list[str]:
@@ -223,7 +281,7 @@ class Session:
         if self.mode != "blocking_layer":
             return []
         mine = self.depth[agent_id]
-        return [a for a, d in self.depth.items() if d < mine]
+        return [a for a, d in self.depth.items() if d < mine and a not in self.routed_out]
 
     async def _run(self, agent_id: str) -> None:
         trace = self.traces[agent_id]
@@ -270,6 +328,41 @@ class Session:
 
     # --- early-exit hook ----------------------------------------------------------------------
     async def _completed(self, agent_id: str) -> None:
+        await self._early_exit(agent_id)
+        for succ in self.readers[agent_id]:
+            if succ in self.gates and self.failure is None:
+                await self._correct(succ)
+
+    async def _correct(self, successor: str) -> None:
+        """Posterior correction of `successor`'s answers once every kept one ended; then its
+        prompt is released (low answers dropped or ordered last)."""
+        gate = self.gates[successor]
+        kept = [p for p in self.cfg.precursors(successor) if p not in self.dropped[successor]]
+        if gate.is_open or successor in self._correcting or self.apc[successor].ended:
+            return
+        if not all(self.apc[p].ended for p in kept):
+            return
+        self._correcting.add(successor)
+        answers = [p for p in kept if self.apc[p].done]
+        held = self.clock.now()
+        try:
+            decision = await self.posterior_hook(self, successor, answers)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # a failing correction must not vanish in a task
+            log.exception("session %s: posterior correction failed at %s", self.id, successor)
+            self._fail(f"posterior correction for '{successor}' failed: {type(e).__name__}: {e}")
+            return
+        decision.wall_s = self.clock.now() - held
+        self.posterior.append(decision.to_record())
+        if decision.action == "drop" and decision.low:
+            self.dropped[successor].update(decision.low)
+            gate.release([])
+        else:
+            gate.release(decision.low)
+        self.apc.touch()
+
+    async def _early_exit(self, agent_id: str) -> None:
         if self.on_completion is None:
             return
         for succ in self.readers[agent_id]:

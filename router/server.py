@@ -19,6 +19,7 @@ from router.api_request import (
     CONFIGS,
     CTX,
     HOOK,
+    ROUTERS,
     STORE,
     BadRequest,
     config_of,
@@ -42,6 +43,7 @@ from router.served_configs import (
     ServedConfigs,
 )
 from router.sessions import SessionConflict, SessionStore
+from routing.router_hook import PoolRouters
 from sglang_ext import protocol as P
 
 log = logging.getLogger(__name__)
@@ -67,6 +69,9 @@ def make_app(
     app[CONFIGS] = ServedConfigs(configs)
     app[API_KEY] = api_key or None
     app[HOOK] = early_exit_hook if early_exit_hook is not None else EarlyExitHooks()
+    # Routing shares the early-exit hooks' embedding services (one MiniLM for both).
+    embeddings = app[HOOK] if isinstance(app[HOOK], EarlyExitHooks) else EarlyExitHooks()
+    app[ROUTERS] = PoolRouters(embeddings.embedding)
     urls = [u for m in cluster.models.values() for u in (m.router_url, *m.prefill_urls)]
     urls += [u for m in cluster.models.values() for u in m.decode_urls]
     app[ADDRESSES] = internal_addresses(urls)
@@ -199,6 +204,8 @@ async def run_graph(request: web.Request) -> web.Response:
                 **error_body(e.status, scrub(str(e), request.app[ADDRESSES])),
                 "trace": session.trace(),
                 "early_exit": session.early_exit,
+                "routing": session.routing,
+                "posterior": session.posterior,
                 "started_at": session.clock.wall_t0,
             },
             status=e.status,
@@ -214,6 +221,8 @@ async def run_graph(request: web.Request) -> web.Response:
             "config": cfg.name,
             "trace": result.trace,
             "early_exit": result.early_exit,
+            "routing": result.routing,
+            "posterior": result.posterior,
             # Wall time (epoch s) of the session clock's zero: the trace's times count from it.
             "started_at": session.clock.wall_t0,
         }

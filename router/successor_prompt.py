@@ -4,8 +4,9 @@ Read by incremental.py (warm-ups) and the orchestrator (the final prompt, both m
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from router.answer_cache import AgentAnswer, AnswerCache, PrecursorFailed
 from router.template import PromptPieces, clean_output
@@ -31,6 +32,26 @@ def token_source(eot_ids: frozenset[int]) -> SlotSource:
     return lambda a: clean_output(a.output_ids, eot_ids)
 
 
+@dataclass(slots=True)
+class PromptGate:
+    """Holds a successor's prompt incomplete until posterior correction decided (routing):
+    `release(last)` completes it, with `last` (low-scoring answers) after the others."""
+
+    last: list[str] = field(default_factory=list)
+    event: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def is_open(self) -> bool:
+        return self.event.is_set()
+
+    def release(self, last: list[str]) -> None:
+        self.last = list(last)
+        self.event.set()
+
+    async def wait(self, timeout: float | None) -> None:
+        await asyncio.wait_for(self.event.wait(), timeout)
+
+
 class SuccessorPrompt:
     """One successor's prompt in one session, grown from its precursors' APC entries."""
 
@@ -43,6 +64,7 @@ class SuccessorPrompt:
         dropped: set[str],
         dynamic: bool = False,
         forced_order: list[str] | None = None,
+        gate: PromptGate | None = None,
     ) -> None:
         self.successor = successor
         self.pieces = pieces
@@ -52,6 +74,7 @@ class SuccessorPrompt:
         self._dropped = dropped
         self._dynamic = dynamic
         self._forced = forced_order
+        self._gate = gate
         # Precursors committed to positions 1, 2, ... so far; a committed slot never moves
         # unless one before it is dropped.
         self.order: list[str] = []
@@ -78,10 +101,15 @@ class SuccessorPrompt:
         self.check_precursors()
         kept = self.kept()
         self.order = [a for a in self.order if a in kept]
+        last = self._gate.last if self._gate is not None else []
+        if last:
+            # Posterior correction ordered these last: positions from the first one re-fill.
+            self.order = [a for a in self.order if a not in last]
         ids = list(self.pieces.head)
         for pos in range(len(kept)):
             if pos == len(self.order):
-                nxt = self._choose([a for a in kept if a not in self.order])
+                left = [a for a in kept if a not in self.order]
+                nxt = self._choose([a for a in left if a not in last] or left)
                 if nxt is None:
                     return PromptState(ids, False)
                 self.order.append(nxt)
@@ -92,10 +120,13 @@ class SuccessorPrompt:
             ids += self.pieces.betweens[pos] if pos < len(kept) - 1 else self.pieces.tail
         if not kept:
             ids += self.pieces.tail
-        return PromptState(ids, True)
+        return PromptState(ids, self._gate is None or self._gate.is_open)
 
     def _choose(self, candidates: list[str]) -> str | None:
         """The precursor for the next position (candidates are in template order)."""
+        if self._gate is not None and self._gate.last and set(candidates) <= set(self._gate.last):
+            # `last` is worst first: the best of the low answers goes first, the worst at the end.
+            return next(a for a in reversed(self._gate.last) if a in candidates)
         if self._forced is not None:
             return next((a for a in self._forced if a in candidates), candidates[0])
         if not self._dynamic:

@@ -1,6 +1,8 @@
 """Per-agent trace of one question: timings (seconds since the session started), warm-ups, the
-final request's prompt/cached tokens as the prefill worker reported them, slot order, killed.
-Filled by the orchestrator; returned by the whole-graph endpoint and read by benchmarks."""
+final request's prompt/cached tokens as the prefill worker reported them, slot order, killed,
+routed out. The question's routing decision (routing/choose.py) and posterior corrections
+(routing/posterior.py) are recorded beside it by the orchestrator. Filled by the orchestrator;
+returned by the whole-graph endpoint and read by benchmarks."""
 
 from __future__ import annotations
 
@@ -35,6 +37,8 @@ class AgentTrace:
     slot_order: list[str] = field(default_factory=list)
     prefill_url: str | None = None
     killed: bool = False
+    # Routing left this pool candidate out of the question (it never ran).
+    routed_out: bool = False
     error: str | None = None
     finish_reason: dict | None = None
 

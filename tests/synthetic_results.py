@@ -1,5 +1,6 @@
 """Synthetic results rows (the runner's results.jsonl schema) for the reporting tests: a dense
-9-9-1 graph for setting #1, a tree 9-3-1 graph for #2-#4, early exit killing agents in #4."""
+9-9-1 graph for setting #1, a tree 9-3-1 graph for #2-#4, early exit killing agents in #4, and
+for #6 (routed) the same tree with routing leaving 4 of the 9 proposers out."""
 
 from __future__ import annotations
 
@@ -8,7 +9,10 @@ import random
 from experiments.settings import SETTINGS
 
 MODELS = ("qwen-4b", "qwen-8b", "qwen-32b")
-BASE_LATENCY = {1: 10.0, 2: 4.0, 3: 3.0, 4: 1.8, 7: 4.6}
+BASE_LATENCY = {1: 10.0, 2: 4.0, 3: 3.0, 4: 1.8, 6: 1.2, 7: 4.6}
+# Setting #6: the proposers routing leaves out of every question, and its decision's wall time.
+ROUTED_OUT = ("p2", "p4", "p7", "p8")
+ROUTING_WALL_S = 0.006
 # Wall time the router's session clock started at (the agents' times count from it).
 SESSION_T0 = 1_700_000_000.0
 # Every request's TTFT (0.1 s) in experiments.pd_breakdown.COMPONENTS order: bootstrap, prefill
@@ -75,6 +79,8 @@ def _agent(
 def agents_for(setting: int, rng: random.Random) -> tuple[dict, list[dict]]:
     """(agents trace, early-exit decisions) for one sample of a setting."""
     layer1 = {f"p{i}": _agent(MODELS[i // 3], []) for i in range(9)}
+    for a in ROUTED_OUT if setting == 6 else ():
+        layer1[a] |= {"output_ids": [], "start_s": None, "routed_out": True, "skipped": True}
     if setting == 1:
         layer2 = {f"a{i}": _agent(MODELS[i // 3], list(layer1), prompt=900) for i in range(9)}
         return {**layer1, **layer2, "final": _agent("qwen-32b", list(layer2), prompt=900)}, []
@@ -148,12 +154,27 @@ def make_rows(
                         "session_started_at": SESSION_T0,
                         "agents": {} if failed else agents,
                         "early_exit": [] if failed else ee,
+                        "routing": _routing() if s == 6 and not failed else None,
                         "error": "worker died" if failed else None,
                         "config": "all_to_all_9_9_1" if s == 1 else "tree_9_3_1",
                         "mode": SETTINGS[s].mode,
                     }
                 )
     return rows
+
+
+def _routing() -> dict:
+    chosen = [f"p{i}" for i in range(9) if f"p{i}" not in ROUTED_OUT]
+    return {
+        "rule": "k=5",
+        "chosen": chosen,
+        "candidates": {
+            f"p{i}": {"p": 0.5, "chosen": f"p{i}" in chosen, "reason": "synthetic"}
+            for i in range(9)
+        },
+        "embed_s": ROUTING_WALL_S / 2,
+        "wall_s": ROUTING_WALL_S,
+    }
 
 
 def make_microbench_rows(n: int = 200, seed: int = 0) -> list[dict]:

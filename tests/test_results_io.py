@@ -57,7 +57,7 @@ def test_schema_error_names_the_field(tmp_path):
     path = tmp_path / "results.jsonl"
     row = make_rows(datasets=("gsm8k",), settings=(2,), n=1)[0]
     with pytest.raises(ResultsError, match="setting"):
-        ResultsWriter(path).append({**row, "setting": 6})
+        ResultsWriter(path).append({**row, "setting": 8})
     path.write_text(json.dumps({**row, "e2e_s": "slow"}) + "\n")
     with pytest.raises(ResultsError, match=r":1: e2e_s"):
         read_results(path)

@@ -135,8 +135,13 @@ def test_setting_1_needs_dense_config(tmp_path):
     spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 1, parse_settings("1"), 1, tmp_path)
     with pytest.raises(ValueError, match="needs --dense-config"):
         config_for(spec, spec.settings[0])
-    with pytest.raises(ValueError, match="numbers among 1, 2, 3, 4, 5, 7"):
-        parse_settings("1,6")
+    with pytest.raises(ValueError, match="numbers among 1, 2, 3, 4, 5, 6, 7"):
+        parse_settings("1,8")
+    spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 1, parse_settings("6"), 1, tmp_path)
+    with pytest.raises(ValueError, match="needs --routed-config"):
+        config_for(spec, spec.settings[0])
+    spec.routed_config = "routed_pool_cpu"
+    assert config_for(spec, spec.settings[0]) == "routed_pool_cpu"
 
 
 def test_dmv_on_a_dataset_without_answers_is_refused_before_starting(tmp_path):

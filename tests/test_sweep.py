@@ -47,7 +47,8 @@ class FakeRunner:
     "raw, where, message",
     [
         ({"confgs": ["x"]}, "confgs", "did you mean 'configs'"),
-        ({"settings": [1, 6]}, "settings", "numbers among 1, 2, 3, 4, 5, 7"),
+        ({"settings": [1, 8]}, "settings", "numbers among 1, 2, 3, 4, 5, 6, 7"),
+        ({"settings": [2, 6]}, "$", "needs 'routed_config'"),
         ({"chunk_policies": ["adaptive", "fixed:0"]}, "chunk_policies", "fixed:N"),
         ({"dense_config": None}, "$", "needs 'dense_config'"),
         ({"concurrency": 0}, "concurrency", "greater than 0"),

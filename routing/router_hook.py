@@ -1,0 +1,120 @@
+"""Routing wired into a question: `PoolRouter(session)` embeds the query on the embedding
+service's thread, scores every candidate with the config's scorer, ranks and chooses
+(routing/choose.py) and returns the decision, timed. `PoolRouters` is the per-process factory
+(one scorer and one set of estimates per config, loaded once)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from router.config import TopologyConfig
+from router.config_loader import ConfigError
+from routing.choose import RoutingDecision, choose
+from routing.estimates import Estimate, estimate_pool, resolve_path
+from routing.posterior_hook import PosteriorHook
+from routing.query_embedding import query_vector
+from routing.scorer_file import Scorer
+
+if TYPE_CHECKING:
+    from router.early_exit_hook import EmbeddingService
+    from router.orchestrator import Session
+
+
+def load_scorer(cfg: TopologyConfig, source: str) -> Scorer:
+    """The config's scorer, checked against its pool; ConfigError naming what is wrong."""
+    path = resolve_path(cfg.routing.scorer)
+    try:
+        scorer = Scorer.load(path)
+    except OSError as e:
+        raise ConfigError(source, "routing.scorer", f"cannot read {path}: {e.strerror}") from None
+    except ValidationError as e:
+        raise ConfigError(
+            source, "routing.scorer", f"{path} is no scorer.json: {e.errors()[0]['msg']}"
+        ) from None
+    missing = [c for c in cfg.pool_ids if c not in scorer.candidates]
+    if missing:
+        raise ConfigError(
+            source,
+            "routing.scorer",
+            f"{path} has no model for pool candidates {missing}; train it on runs of them "
+            "(moa-pd train-scorer) or remove them from the pool",
+        )
+    return scorer
+
+
+class PoolRouter:
+    """One config's routing: `await router(session)` → the question's RoutingDecision."""
+
+    def __init__(
+        self,
+        cfg: TopologyConfig,
+        scorer: Scorer,
+        estimates: dict[str, Estimate],
+        embeddings: EmbeddingService,
+    ) -> None:
+        self.cfg, self.scorer, self.estimates = cfg, scorer, estimates
+        self._embeddings = embeddings
+
+    async def __call__(self, session: Session) -> RoutingDecision:
+        start = time.perf_counter()
+        tokens, embed_s = await self._embeddings.embed(session.question)
+        p = self.scorer.predict(query_vector(tokens))
+        decision = choose(p, self.estimates, self.cfg.routing, self.cfg.pool_ids)
+        decision.embed_s = embed_s
+        decision.wall_s = time.perf_counter() - start
+        return decision
+
+
+def _routing_view(cfg: TopologyConfig) -> tuple:
+    """What a PoolRouter depends on: a request that only changes the final agent's sampling
+    (an OpenAI max_tokens) reuses the loaded scorer."""
+    return (
+        cfg.routing,
+        cfg.pool,
+        cfg.models,
+        cfg.early_exit.embedding_model,
+        [cfg.sampling_of(c) for c in cfg.pool_ids],
+    )
+
+
+class PoolRouters:
+    """Per router process: `routers(cfg)` → that config's PoolRouter (None without routing).
+    `embedding(name)` gives the embedding service of a model name (the early-exit hooks' own,
+    so one MiniLM serves both)."""
+
+    def __init__(self, embedding: Callable[[str], Any]) -> None:
+        self._embedding = embedding
+        self._by_config: dict[str, tuple[TopologyConfig, PoolRouter]] = {}
+
+    def __call__(self, cfg: TopologyConfig) -> PoolRouter | None:
+        if cfg.routing is None:
+            return None
+        cached = self._by_config.get(cfg.name)
+        if cached is None or _routing_view(cached[0]) != _routing_view(cfg):
+            source = f"config '{cfg.name}'"
+            router = PoolRouter(
+                cfg,
+                load_scorer(cfg, source),
+                estimate_pool(cfg, source),
+                self._embedding(cfg.early_exit.embedding_model),
+            )
+            cached = self._by_config[cfg.name] = (cfg, router)
+        return cached[1]
+
+    def posterior(self, cfg: TopologyConfig) -> PosteriorHook | None:
+        """The question's posterior correction, when the config's routing turns it on."""
+        if cfg.routing is None or not cfg.routing.posterior_correction.enabled:
+            return None
+        return PosteriorHook(
+            cfg.routing.posterior_correction, self._embedding(cfg.early_exit.embedding_model)
+        )
+
+    def check(self, configs) -> None:
+        """Load every routed config's scorer and estimates now (ConfigError): a missing scorer
+        stops the router at start-up, not inside a question."""
+        for cfg in configs:
+            self(cfg)
