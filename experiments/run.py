@@ -19,7 +19,7 @@ from experiments.prompts import build_question_prompt
 from experiments.router_client import GraphRunError, RouterClient
 from experiments.scoring import score
 from experiments.settings import Setting
-from experiments.single_model import single_model_configs
+from experiments.single_model import pool_candidates, single_model_configs
 from planning.commands import PlacementOptions
 
 log = logging.getLogger(__name__)
@@ -122,18 +122,20 @@ def result_row(
 
 def variants(spec: RunSpec, setting: Setting) -> list[tuple[dict, str, str | None]]:
     """What one question of `setting` runs: (the config object the runner registers with the
-    router, its name for the row, single model); one entry per model for #5, else one. The
-    router is handed the config itself, never a path: it serves only what it was started with
-    or what was registered."""
+    router, its name for the row, single model); one entry per model (per pool candidate, by
+    its id, when the config has a pool) for #5, else one. The router is handed the config
+    itself, never a path: it serves only what it was started with or what was registered."""
     from router.config_loader import load_config, resolve_config_path
 
     path = config_for(spec, setting)
+    raw = json.loads(resolve_config_path(path).read_text(encoding="utf-8"))
     if setting.topology != "single":
-        raw = json.loads(resolve_config_path(path).read_text(encoding="utf-8"))
         return [(raw, load_config(path).name, None)]
+    # MERGE: `pool_candidates(raw)` becomes the typed `cfg.pool` (router/config.py).
+    pool = pool_candidates(raw)
     return [
-        (c.model_dump(mode="json"), c.name, m)
-        for m, c in single_model_configs(load_config(path)).items()
+        (c.model_dump(mode="json"), c.name, cid)
+        for cid, c in single_model_configs(load_config(path), pool).items()
     ]
 
 

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -355,6 +356,44 @@ def test_single_model_config_keeps_the_prompt_and_the_answer_sampling():
     assert single.template_of("single") == cfg.template_of("leaf_0_0")
     assert single.sampling_of("single") == cfg.sampling_of(cfg.final)
     assert not single.early_exit.enabled and single.final == "single"
+
+
+def test_single_model_configs_of_a_pool_run_each_candidate_by_its_id():
+    from experiments.single_model import pool_candidates, single_model_configs
+    from router.config_loader import load_config
+
+    cfg = load_config("tree_3_1_mixed_cpu")
+    raw = {
+        "pool": [
+            {"id": "smol-careful", "model": "smollm2"},
+            {
+                "id": "gemma-hot",
+                "model": "gemma3",
+                "persona": "Be brief.",
+                "sampling": {"temperature": 0.7, "sampling_seed": 3},
+            },
+        ]
+    }
+    singles = single_model_configs(cfg, pool_candidates(raw))
+    assert list(singles) == ["smol-careful", "gemma-hot"]
+    hot = singles["gemma-hot"]
+    assert hot.agent("single").model == "gemma3"
+    assert hot.template_of("single").system == "Be brief."
+    assert hot.template_of("single").user == cfg.template_of("leaf_0_2").user
+    assert hot.sampling_of("single").temperature == 0.7
+    assert hot.sampling_of("single").max_new_tokens == cfg.sampling.max_new_tokens
+    careful = singles["smol-careful"]
+    assert careful.template_of("single") == cfg.template_of("leaf_0_0")
+    assert pool_candidates({}) is None
+    for bad, where in (
+        ({"pool": []}, "pool:"),
+        ({"pool": [{"model": "smollm2"}]}, "pool[0]"),
+        ({"pool": [{"id": "x", "model": "smollm2", "sampling": {"top_p": 2}}]}, "top_p"),
+    ):
+        with pytest.raises(ValueError, match=re.escape(where)):
+            pool_candidates(bad)
+    with pytest.raises(ValueError, match="'nope' is not in the config's models"):
+        single_model_configs(cfg, pool_candidates({"pool": [{"id": "x", "model": "nope"}]}))
 
 
 class _FlushClient:
