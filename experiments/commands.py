@@ -34,6 +34,11 @@ _COMMANDS = (
         "experiments.microbench",
         "Fig. 4(iii): aggregator latency, incremental prefill vs PD vs DP vs DP + chunked prefill",
     ),
+    (
+        "train-scorer",
+        "routing.train_cmd",
+        "fit the routing scorer (scorer.json) on setting-#5 runs; print its held-out AUC and Brier",
+    ),
 )
 
 

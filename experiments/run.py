@@ -134,18 +134,18 @@ def result_row(
 
 def variants(spec: RunSpec, setting: Setting) -> list[tuple[dict, str, str | None]]:
     """What one question of `setting` runs: (the config object the runner registers with the
-    router, its name for the row, single model); one entry per model for #5, else one. The
-    router is handed the config itself, never a path: it serves only what it was started with
-    or what was registered."""
+    router, its name for the row, single model); one entry per model (per pool candidate, by
+    its id, when the config has a pool) for #5, else one. The router is handed the config
+    itself, never a path: it serves only what it was started with or what was registered."""
     from router.config_loader import load_config, resolve_config_path
 
     path = config_for(spec, setting)
+    raw = json.loads(resolve_config_path(path).read_text(encoding="utf-8"))
     if setting.topology != "single":
-        raw = json.loads(resolve_config_path(path).read_text(encoding="utf-8"))
         return [(raw, load_config(path).name, None)]
     return [
-        (c.model_dump(mode="json"), c.name, m)
-        for m, c in single_model_configs(load_config(path)).items()
+        (c.model_dump(mode="json"), c.name, cid)
+        for cid, c in single_model_configs(load_config(path)).items()
     ]
 
 

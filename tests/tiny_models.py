@@ -1,4 +1,5 @@
-"""Tiny random-weight HF model directories (Llama, Llama with llama3 RoPE, Qwen3, Gemma3) for tests.
+"""Tiny random-weight HF model directories (Llama, Llama with llama3 RoPE, Qwen2, Qwen3, Gemma3)
+for tests.
 
 Each carries the SmolLM2 tokenizer and chat template, so engine and server tests can send text.
 Built once per test process into a temp dir (`tiny_model_dir(kind)`), removed at exit.
@@ -19,13 +20,15 @@ from transformers import (
     Gemma3TextConfig,
     LlamaConfig,
     LlamaForCausalLM,
+    Qwen2Config,
+    Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
 )
 
 from sglang_ext.engine.model_store import resolve_model_path
 
-KINDS = ("llama", "llama3-rope", "qwen3", "gemma3")
+KINDS = ("llama", "llama3-rope", "qwen2", "qwen3", "gemma3")
 
 # SmolLM2's special ids: <|endoftext|> 0, <|im_start|> 1, <|im_end|> 2 (end of a chat turn).
 COMMON = {
@@ -60,6 +63,9 @@ def _build(kind: str) -> torch.nn.Module:
         }
         config = LlamaConfig(**COMMON, tie_word_embeddings=False, rope_parameters=rope)
         return LlamaForCausalLM(config)
+    if kind == "qwen2":  # q/k/v biases (not o); tied embeddings, as Qwen2.5-0.5B
+        config = Qwen2Config(**COMMON, tie_word_embeddings=True, rope_theta=1e6)
+        return Qwen2ForCausalLM(config)
     if kind == "qwen3":  # q/k norms; head_dim * heads != hidden_size
         config = Qwen3Config(**COMMON, head_dim=32, tie_word_embeddings=False, rope_theta=1e6)
         return Qwen3ForCausalLM(config)
@@ -98,10 +104,11 @@ def tiny_model_dir(kind: str = "llama") -> str:
     with torch.random.fork_rng():
         torch.manual_seed(KINDS.index(kind) if kind in KINDS else 0)
         model = _build(kind)
-        # RMSNorm weights start at 1: jitter them so a norm applied to the wrong axis shows.
+        # RMSNorm weights start at 1 and biases at 0: jitter them so a norm applied to the
+        # wrong axis, or a bias dropped or misplaced, shows.
         with torch.no_grad():
             for name, param in model.named_parameters():
-                if "norm" in name:
+                if "norm" in name or name.endswith(".bias"):
                     param.add_(torch.randn_like(param) * 0.2)
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))

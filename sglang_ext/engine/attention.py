@@ -109,13 +109,18 @@ class Attention(nn.Module):
         norm_cls: type[nn.Module] = nn.RMSNorm,
         scale: float | None = None,
         sliding: bool = False,
+        qkv_bias: bool | None = None,
     ) -> None:
+        """`bias`: on q, k, v and o (Llama's attention_bias); `qkv_bias`, when given, on q, k
+        and v alone (Qwen2)."""
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = num_heads, num_kv_heads, head_dim
         self.scale = scale  # None: SDPA's 1/sqrt(head_dim)
         self.sliding = sliding  # attend through the plan's window masks (Gemma3's local layers)
         q_size, kv_size = num_heads * head_dim, num_kv_heads * head_dim
-        self.qkv_proj = MergedLinear(hidden_size, [q_size, kv_size, kv_size], bias=bias)
+        self.qkv_proj = MergedLinear(
+            hidden_size, [q_size, kv_size, kv_size], bias=bias if qkv_bias is None else qkv_bias
+        )
         self.o_proj = nn.Linear(q_size, hidden_size, bias=bias)
         # Qwen3 and Gemma3 normalize each head of q and k before RoPE.
         self.q_norm = self.k_norm = None

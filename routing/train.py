@@ -1,0 +1,150 @@
+"""Fit the proposer scorer: per pool candidate a logistic regression from the query embedding to
+"answers correctly", judged on held-out questions against the training prior, then refit on
+every question for the file (`moa-pd train-scorer`; the file format is routing/scorer_file.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.stats import rankdata
+from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import brier_score_loss, roc_auc_score
+from sklearn.model_selection import GridSearchCV, StratifiedKFold, train_test_split
+
+from routing.outcomes import Outcomes, OutcomesError
+from routing.scorer_file import CandidateModel, Scorer
+
+# Inverse L2 strengths tried by cross-validation on the training questions: unit-length
+# embeddings need weak regularization to move at all, few positives need strong.
+CS = np.logspace(-2, 3, 6)
+BOOTSTRAP = 1000
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    heldout_fraction: float = 0.25
+    seed: int = 0
+    embedder: str = "all-minilm-l6-v2"
+
+
+def fit_candidate(x: np.ndarray, y: np.ndarray, seed: int, c: float | None = None):
+    """An L2 logistic regression, its strength chosen by 3-fold stratified CV on log loss unless `c`
+    is given. Not class-balanced: the router weighs the probability against cost, so it must
+    stay calibrated, and balancing would shift every prediction toward 0.5."""
+    if c is not None:
+        return LogisticRegression(C=c, max_iter=2000).fit(x, y)
+    folds = int(min(3, y.sum(), len(y) - y.sum()))
+    if folds < 2:  # too few of one class to cross-validate: a middle strength
+        return LogisticRegression(C=1.0, max_iter=2000).fit(x, y)
+    cv = StratifiedKFold(folds, shuffle=True, random_state=seed)
+    grid = GridSearchCV(
+        LogisticRegression(max_iter=2000), {"C": list(CS)}, cv=cv, scoring="neg_log_loss"
+    )
+    return grid.fit(x, y).best_estimator_
+
+
+def chosen_c(model: LogisticRegression) -> float:
+    return float(model.C)
+
+
+def bootstrap_auc(y: np.ndarray, p: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """AUC of each bootstrap resample (rows of `draws`, indices into y and p) by the rank-sum
+    formula, all at once; resamples holding one class only are left out."""
+    yy, ranks = y[draws], rankdata(p[draws], axis=1)
+    pos = yy.sum(axis=1)
+    neg = yy.shape[1] - pos
+    ok = (pos > 0) & (neg > 0)
+    rank_sum = (ranks * yy).sum(axis=1)
+    return ((rank_sum - pos * (pos + 1) / 2) / np.maximum(pos * neg, 1))[ok]
+
+
+def split_questions(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Question indices (train, held out): a seeded split of questions, so no question's rows
+    are on both sides."""
+    if not 0 < fraction < 1:
+        raise ValueError(f"--heldout must be between 0 and 1, got {fraction}")
+    idx = np.arange(n)
+    train, held = train_test_split(idx, test_size=fraction, random_state=seed)
+    if len(train) == 0 or len(held) == 0:
+        raise OutcomesError(f"{n} questions cannot be split {1 - fraction:.0%}/{fraction:.0%}")
+    return np.sort(train), np.sort(held)
+
+
+def heldout_metrics(y: np.ndarray, p: np.ndarray, prior: float, seed: int) -> dict[str, float]:
+    """AUC and Brier score of `p` on held-out labels `y`, against a constant `prior` (AUC 0.5),
+    with 95% bootstrap intervals over the held-out questions (AUC; Brier's gain over prior)."""
+    out = {
+        "n": float(len(y)),
+        "positives": float(y.sum()),
+        "prior": prior,
+        "brier": float(brier_score_loss(y, p)),
+        "brier_prior": float(brier_score_loss(y, np.full_like(p, prior))),
+        "auc_prior": 0.5,
+    }
+    draws = np.random.default_rng(seed).integers(0, len(y), (BOOTSTRAP, len(y)))
+    gains = np.mean((prior - y[draws]) ** 2, axis=1) - np.mean((p[draws] - y[draws]) ** 2, axis=1)
+    out["brier_gain"] = out["brier_prior"] - out["brier"]
+    out["brier_gain_lo"], out["brier_gain_hi"] = map(float, np.percentile(gains, [2.5, 97.5]))
+    if 0 < y.sum() < len(y):  # AUC needs both classes
+        out["auc"] = float(roc_auc_score(y, p))
+        aucs = bootstrap_auc(y, p, draws)
+        out["auc_lo"], out["auc_hi"] = map(float, np.percentile(aucs, [2.5, 97.5]))
+    return out
+
+
+def train_scorer(outcomes: Outcomes, x: np.ndarray, opts: TrainOptions) -> Scorer:
+    """`x[i]`: the embedding of question `outcomes.keys[i]`. Held-out metrics come from a fit
+    on the training questions only; the file's models are refit on all questions with the
+    strength CV chose there, so the router uses every label (the held-out numbers estimate
+    that fit's quality, slightly pessimistically)."""
+    if x.shape[0] != len(outcomes.keys):
+        raise ValueError(f"{x.shape[0]} embeddings for {len(outcomes.keys)} questions")
+    train, held = split_questions(len(outcomes.keys), opts.heldout_fraction, opts.seed)
+    candidates: dict[str, CandidateModel] = {}
+    heldout: dict[str, dict[str, float]] = {}
+    for j, cid in enumerate(outcomes.candidates):
+        col = outcomes.correct[:, j]
+        tr = train[~np.isnan(col[train])]
+        ho = held[~np.isnan(col[held])]
+        y_tr = col[tr]
+        if y_tr.sum() in (0, len(y_tr)) or len(ho) == 0:
+            raise OutcomesError(
+                f"candidate '{cid}': its {len(tr)} training questions hold "
+                f"{int(y_tr.sum())} correct answers and {len(ho)} are held out; both classes "
+                "must be in training and some questions held out: add questions, or change "
+                "--seed / --heldout"
+            )
+        model = fit_candidate(x[tr], y_tr, opts.seed)
+        prior = float(y_tr.mean())
+        p = model.predict_proba(x[ho])[:, 1]
+        heldout[cid] = heldout_metrics(col[ho], p, prior, opts.seed)
+        heldout[cid]["c"] = chosen_c(model)
+        seen = ~np.isnan(col)
+        final = fit_candidate(x[seen], col[seen], opts.seed, c=chosen_c(model))
+        candidates[cid] = CandidateModel(
+            coef=[float(v) for v in final.coef_[0]],
+            intercept=float(final.intercept_[0]),
+            prior=float(col[seen].mean()),
+            positives=int(col[seen].sum()),
+            examples=int(seen.sum()),
+        )
+    return Scorer(
+        embedder=opts.embedder,
+        dim=int(x.shape[1]),
+        candidates=candidates,
+        trained_on={
+            "runs": outcomes.runs,
+            "datasets": sorted({d for d, _ in outcomes.keys}),
+            "questions": len(outcomes.keys),
+            "heldout_questions": [list(outcomes.keys[i]) for i in held],
+            "heldout_fraction": opts.heldout_fraction,
+            "seed": opts.seed,
+            "ungraded_rows_skipped": outcomes.ungraded,
+            "fit": "L2 logistic regression, strength by stratified CV (log loss) on the training "
+            "questions; metrics from that fit on the held-out questions; the file's weights "
+            "refit on all questions",
+        },
+        heldout=heldout,
+    )

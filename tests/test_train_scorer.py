@@ -1,0 +1,155 @@
+"""`moa-pd train-scorer` on synthetic setting-#5 rows and small random embeddings (injected in
+place of MiniLM): a signal in the embedding is learned, held-out questions never reach the fit
+they judge, the file round-trips through Scorer.predict, bad runs get clear errors."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from launch.cli import build_parser
+from routing.outcomes import Outcomes, read_outcomes
+from routing.scorer_file import Scorer
+from routing.train import (
+    TrainOptions,
+    fit_candidate,
+    heldout_metrics,
+    split_questions,
+    train_scorer,
+)
+from routing.train_cmd import main
+
+N, DIM = 160, 8
+
+
+def _data(seed: int = 0):
+    """x[i] random; 'strong' is right when x0 (plus a little noise) is positive, 'coin' at
+    random with p 0.4."""
+    rng = np.random.default_rng(seed)
+    x = rng.normal(size=(N, DIM))
+    strong = (x[:, 0] + 0.3 * rng.normal(size=N) > 0).astype(float)
+    coin = (rng.random(N) < 0.4).astype(float)
+    return x, np.stack([strong, coin], axis=1)
+
+
+def _outcomes(y: np.ndarray) -> Outcomes:
+    keys = [("toy", f"q{i}") for i in range(len(y))]
+    return Outcomes(keys, ["strong", "coin"], y, ["run"], 0)
+
+
+def test_a_signal_in_the_embedding_is_learned_and_the_file_round_trips(tmp_path):
+    x, y = _data()
+    scorer = train_scorer(_outcomes(y), x, TrainOptions(heldout_fraction=0.3, seed=1))
+    strong = scorer.heldout["strong"]
+    assert strong["auc"] > 0.85 and strong["auc_lo"] > 0.6 and strong["auc_prior"] == 0.5
+    assert strong["brier"] < strong["brier_prior"] and strong["brier_gain_lo"] > 0
+    assert strong["n"] == 48 and scorer.candidates["strong"].examples == N
+    assert scorer.candidates["coin"].positives == int(y[:, 1].sum())
+    path = tmp_path / "scorer.json"
+    scorer.dump(path)
+    loaded = Scorer.load(path)
+    assert loaded == scorer
+    p = [loaded.predict(x[i])["strong"] for i in range(N)]
+    assert np.mean((np.asarray(p) > 0.5) == y[:, 0]) > 0.85
+    # The file's weights are the refit on every question, with the held-out fit's strength.
+    final = fit_candidate(x, y[:, 0], 1, c=strong["c"])
+    assert p == pytest.approx(final.predict_proba(x)[:, 1], abs=1e-9)
+
+
+def test_held_out_questions_never_reach_the_fit_they_judge():
+    x, y = _data(2)
+    train, held = split_questions(N, 0.25, seed=7)
+    assert not set(train) & set(held) and len(train) + len(held) == N
+    scorer = train_scorer(_outcomes(y), x, TrainOptions(heldout_fraction=0.25, seed=7))
+    assert scorer.trained_on["heldout_questions"] == [["toy", f"q{i}"] for i in held]
+    # The reported numbers are those of a fit on the training questions alone.
+    alone = fit_candidate(x[train], y[train, 0], 7)
+    want = heldout_metrics(y[held, 0], alone.predict_proba(x[held])[:, 1], y[train, 0].mean(), 7)
+    got = scorer.heldout["strong"]
+    assert {k: got[k] for k in want} == pytest.approx(want)
+    # Labels flipped on the held-out questions only change nothing the fit saw: same strength.
+    y2 = y.copy()
+    y2[held, 0] = 1 - y2[held, 0]
+    flipped = train_scorer(_outcomes(y2), x, TrainOptions(heldout_fraction=0.25, seed=7))
+    assert flipped.heldout["strong"]["c"] == got["c"]
+    assert flipped.heldout["strong"]["auc"] == pytest.approx(1 - got["auc"])
+
+
+def _write_run(path, rows):
+    path.mkdir(parents=True, exist_ok=True)
+    lines = []
+    for sample, setting, cand, correct in rows:
+        lines.append(
+            json.dumps(
+                {
+                    "sample_id": sample,
+                    "dataset": "toy",
+                    "setting": setting,
+                    "single_model": cand,
+                    "correct": correct,
+                    "e2e_s": 1.0,
+                }
+            )
+        )
+    (path / "results.jsonl").write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _cli(tmp_path, *runs, extra=()):
+    questions = tmp_path / "toy.jsonl"
+    questions.write_text(
+        "".join(json.dumps({"id": f"q{i}", "question": f"question {i}"}) + "\n" for i in range(N))
+    )
+    out = tmp_path / "scorer.json"
+    argv = ["train-scorer", "--results", *map(str, runs), "--out", str(out)]
+    return build_parser().parse_args([*argv, "--questions", str(questions), *extra]), out
+
+
+def _embed(x):
+    """The injected embedder: question i's prompt → x[i]."""
+    return lambda texts: np.stack([x[int(re.search(r"question (\d+)", t)[1])] for t in texts])
+
+
+def test_train_scorer_command_end_to_end(tmp_path, capsys):
+    x, y = _data(3)
+    rows = [(f"q{i}", 5, c, bool(y[i, j])) for i in range(N) for j, c in enumerate(["a", "b"])]
+    rows += [("q0", 5, "a", None), ("q1", 2, None, True)]  # a failed #5 row, a MoA row
+    run = _write_run(tmp_path / "run1", rows)
+    args, out = _cli(tmp_path, run)
+    assert main(args, _embed(x)) == 0
+    scorer = Scorer.load(out)
+    assert set(scorer.candidates) == {"a", "b"} and scorer.dim == DIM
+    assert scorer.trained_on["ungraded_rows_skipped"] == 1
+    assert scorer.heldout["a"]["auc"] > 0.8
+    printed = capsys.readouterr()
+    assert "held-out" in printed.out and "refit on all 160" in printed.err
+
+
+def test_train_scorer_errors_name_the_problem(tmp_path, capsys):
+    x, y = _data(4)
+    moa_only = _write_run(tmp_path / "moa", [(f"q{i}", 2, None, True) for i in range(N)])
+    args, _ = _cli(tmp_path, moa_only)
+    assert main(args, _embed(x)) == 2
+    assert "no graded setting-#5 rows" in capsys.readouterr().err
+
+    never = [(f"q{i}", 5, "a", bool(y[i, 0])) for i in range(N)]
+    never += [(f"q{i}", 5, "hopeless", False) for i in range(N)]
+    run = _write_run(tmp_path / "never", never)
+    args, _ = _cli(tmp_path, run)
+    assert main(args, _embed(x)) == 2
+    err = capsys.readouterr().err
+    assert "'hopeless' has no correct answers" in err and "--skip-candidate" in err
+    args, out = _cli(tmp_path, run, extra=["--skip-candidate", "hopeless"])
+    assert main(args, _embed(x)) == 0 and list(Scorer.load(out).candidates) == ["a"]
+
+    args, _ = _cli(tmp_path, tmp_path / "nowhere")
+    assert main(args, _embed(x)) == 2
+    assert "no such results file" in capsys.readouterr().err
+    torn = tmp_path / "torn"
+    _write_run(torn, never[:3])
+    (torn / "results.jsonl").write_text("{oops\n" + (torn / "results.jsonl").read_text())
+    with pytest.raises(ValueError, match=r"results.jsonl:1: not valid JSON"):
+        read_outcomes([torn])
