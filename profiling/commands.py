@@ -18,31 +18,40 @@ from profiling.profile_file import Profile
 from profiling.run import Target, choose_models, decode_pool_tokens, pool_concurrency
 
 console = Console(stderr=True)
-# Fits printed per model, at these (new, cached) and (batch, context).
-SHOW_PREFILL = ((1024, 0), (256, 1024))
-SHOW_DECODE = ((1, 1024), (8, 1024))
 
 
 def summary_table(profile: Profile) -> Table:
-    """One row per model: points, the fits at a few shapes, the PD path's fixed cost, memory."""
+    """One row per model: points, the fits at the largest measured shapes (those of the first
+    model: one run measures every model at the same ones), the PD path's fixed cost, memory."""
     t = Table(title=f"profile: {profile.device.name} ({profile.backend})", min_width=100)
-    for col in ("model", "points P/D"):
-        t.add_column(col)
-    for n, c in SHOW_PREFILL:
-        t.add_column(f"prefill {n}" + (f"+{c} cached" if c else ""), justify="right")
-    for b, c in SHOW_DECODE:
-        t.add_column(f"step b{b} ctx{c}", justify="right")
+    first = next(iter(profile.models.values()))
+    cold = max(p.new_tokens for p in first.prefill if p.cached_tokens == 0)
+    cached = max(
+        ((p.new_tokens, p.cached_tokens) for p in first.prefill if p.cached_tokens),
+        key=lambda nc: nc[1],
+        default=None,
+    )
+    ctx = max(d.context for d in first.decode)
+    batches = sorted({min(d.batch for d in first.decode), max(d.batch for d in first.decode)})
+    t.add_column("model")
+    t.add_column("points P/D", justify="right")
+    t.add_column(f"prefill {cold}", justify="right")
+    if cached:
+        t.add_column(f"prefill {cached[0]} after {cached[1]}", justify="right")
+    for b in batches:
+        t.add_column(f"step b{b} ctx {ctx}", justify="right")
     for col in ("pd fixed", "weights", "KV/token"):
         t.add_column(col, justify="right")
     for name, m in profile.models.items():
         t.add_row(
             name,
             f"{len(m.prefill)}/{len(m.decode)}",
-            *(f"{1e3 * m.prefill_seconds(n, c):.1f} ms" for n, c in SHOW_PREFILL),
-            *(f"{1e3 * m.decode_step_seconds(b, c):.2f} ms" for b, c in SHOW_DECODE),
+            f"{1e3 * m.prefill_seconds(cold):.1f} ms",
+            *([f"{1e3 * m.prefill_seconds(*cached):.1f} ms"] if cached else []),
+            *(f"{1e3 * m.decode_step_seconds(b, ctx):.2f} ms" for b in batches),
             f"{1e3 * m.pd_fixed_seconds:.1f} ms",
             f"{m.weights_bytes / 2**30:.2f} GiB",
-            f"{m.kv_bytes_per_token / 2**10:.0f} KiB",
+            f"{m.kv_bytes_per_token / 2**10:.1f} KiB",
         )
     return t
 

@@ -38,17 +38,17 @@ GPU_KNOBS = Knobs(
     decode_tokens=128,
     reps=5,
 )
-# The CPU configs' models (SmolLM2-135M, Gemma-3-270M) on 2 shared cores: ~1 min per model.
+# The CPU configs' models (SmolLM2-135M, Gemma-3-270M) on 2 shared cores, where a 512-token
+# Gemma-3 prefill takes 1-4 s and a decode step 0.1-0.7 s (by load): ~0.5-1.5 min per model.
 CPU_KNOBS = Knobs(
-    prompt_lengths=(64, 256, 512),
-    cached_prefixes=(128, 384),
-    cached_new_tokens=64,
+    prompt_lengths=(32, 128, 384),
+    cached_prefixes=(96, 288),
+    cached_new_tokens=32,
     decode_batches=(1, 4, 8),
-    decode_contexts=(64, 256),
-    decode_tokens=32,
+    decode_contexts=(32, 160),
+    decode_tokens=16,
     reps=3,
 )
-
 
 def default_knobs(gpu: bool) -> Knobs:
     return GPU_KNOBS if gpu else CPU_KNOBS

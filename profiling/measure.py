@@ -165,7 +165,8 @@ class ModelProber:
 
     async def ttft(self, length: int) -> float:
         t0 = time.perf_counter()
-        times = await self._stream(self.prompt(length), 1)
+        # Two tokens: the first is what prefill sampled, sent on by decode once the KV arrived.
+        times = await self._stream(self.prompt(length), 2)
         return times.first - t0
 
     # --- decode: B concurrent streams through the router, steady-state step time ----------------
@@ -173,9 +174,13 @@ class ModelProber:
         """(the point, max_new_tokens it took): longer runs until the steady window (every
         stream decoding) holds enough steps."""
         while True:
-            streams = await asyncio.gather(
-                *(self._stream(self.prompt(context), tokens) for _ in range(batch))
-            )
+            prompts = [self.prompt(context) for _ in range(batch)]
+            # Prefilled into the prefill worker's radix cache first, so the streams' own
+            # prefills are cache hits and they start close together: otherwise B cold prefills
+            # queue one after another and the streams must run far longer to overlap.
+            for ids in prompts:
+                await self._warm(ids)
+            streams = await asyncio.gather(*(self._stream(ids, tokens) for ids in prompts))
             steps = step_intervals(list(streams))
             if len(steps) >= MIN_STEADY_STEPS * batch:
                 # Mean context over the window: the prompt plus about half the output.
@@ -197,9 +202,9 @@ class ModelProber:
     # --- the whole model -----------------------------------------------------------------------
     async def measure(self) -> ModelRun:
         k = self.knobs
-        # One-off costs (allocators, lazy init, Triton compiles per shape: 34 s for the first
-        # warm-up of an 8B worker on an H200) are paid here, unmeasured.
-        for length in k.prompt_lengths:
+        # One-off costs (allocators, lazy init, Triton compiles: 34 s for the first warm-up of an
+        # 8B worker on an H200) are paid here, unmeasured.
+        for length in self.first_pass_lengths(k):
             await self.cold_prefill(length)
             await self.ttft(length)
             self.tick("first pass")
@@ -213,21 +218,24 @@ class ModelProber:
             for length in k.prompt_lengths:
                 self.run.ttft.setdefault(length, []).append(await self.ttft(length))
                 self.tick(f"ttft {length}")
-        tokens = k.decode_tokens
         for context in k.decode_contexts:
+            tokens = k.decode_tokens
             for batch in k.decode_batches:
-                # Start from what the previous point needed: a bigger batch needs no fewer.
-                point, tokens = await self.decode_point(
-                    batch, context, max(tokens, k.decode_tokens)
-                )
+                # From what the previous batch needed: a bigger one staggers no less.
+                point, tokens = await self.decode_point(batch, context, tokens)
                 self.run.decode.append(point)
                 self.run.decode_tokens_used[(batch, context)] = tokens
                 self.tick(f"decode b{batch} c{context}")
         return self.run
 
     @staticmethod
-    def steps(knobs: Knobs) -> int:
+    def first_pass_lengths(knobs: Knobs) -> list[int]:
+        """The shortest and the longest prompt (each path's lazy start, the largest buffers)."""
+        return sorted({min(knobs.prompt_lengths), max(knobs.prompt_lengths)})
+
+    @classmethod
+    def steps(cls, knobs: Knobs) -> int:
         """Ticks `measure` makes (the progress bar's total)."""
         per_rep = 2 * len(knobs.prompt_lengths) + len(knobs.cached_prefixes)
         decode = len(knobs.decode_batches) * len(knobs.decode_contexts)
-        return len(knobs.prompt_lengths) + knobs.reps * per_rep + decode
+        return len(cls.first_pass_lengths(knobs)) + knobs.reps * per_rep + decode
