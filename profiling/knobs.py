@@ -50,6 +50,7 @@ CPU_KNOBS = Knobs(
     reps=3,
 )
 
+
 def default_knobs(gpu: bool) -> Knobs:
     return GPU_KNOBS if gpu else CPU_KNOBS
 
