@@ -14,7 +14,7 @@ class Knobs:
     cached_new_tokens: int
     decode_batches: tuple[int, ...]
     decode_contexts: tuple[int, ...]  # prompt tokens of each decoding sequence
-    decode_tokens: int  # max_new_tokens of a decode run at least (raised to reach steady state)
+    decode_tokens: int  # decode steps a decode point times (the difference of two runs)
     reps: int  # repetitions of each prefill and TTFT point (medians)
 
     @property
@@ -84,7 +84,7 @@ def add_knob_args(p: argparse.ArgumentParser) -> None:
     g.add_argument(
         "--decode-contexts", type=ints("--decode-contexts"), help="decode prompt lengths"
     )
-    g.add_argument("--decode-tokens", type=int, help="tokens per decode stream, at least")
+    g.add_argument("--decode-tokens", type=int, help="decode steps timed per decode point")
     g.add_argument("--reps", type=int, help="repetitions per prefill and TTFT point")
 
 

@@ -14,16 +14,29 @@ from dataclasses import dataclass, field
 
 from profiling.knobs import Knobs
 from profiling.profile_file import DecodePoint, PrefillPoint
-from profiling.steady_state import StreamTimes, median, step_intervals, tokens_needed
+from profiling.steady_state import median, step_seconds
 from router.pd import Deployment
 from sglang_ext import protocol as P
 
 # Random prompt ids start here: below are special and control tokens of most tokenizers.
 LOW_TOKEN_ID = 100
-# Steady steps a decode point needs (intervals per stream inside the window); fewer: rerun longer.
-MIN_STEADY_STEPS = 8
-# Longest decode run the retry may ask for (tokens per stream).
-MAX_DECODE_TOKENS = 4096
+# New tokens of a decode point's short run (its long run has decode_tokens more).
+SHORT_RUN = 4
+
+
+@dataclass(slots=True)
+class StreamTimes:
+    """One streamed request: (arrival time, tokens generated so far) per chunk with tokens."""
+
+    chunks: list[tuple[float, int]] = field(default_factory=list)
+
+    @property
+    def first(self) -> float:
+        return self.chunks[0][0]
+
+    @property
+    def last(self) -> float:
+        return self.chunks[-1][0]
 
 
 class ProfileError(RuntimeError):
@@ -45,7 +58,6 @@ class ModelRun:
     prefill: list[PrefillSample] = field(default_factory=list)
     decode: list[DecodePoint] = field(default_factory=list)
     ttft: dict[int, list[float]] = field(default_factory=dict)  # prompt length -> TTFTs
-    decode_tokens_used: dict[tuple[int, int], int] = field(default_factory=dict)
 
     @property
     def uses_worker_span(self) -> bool:
@@ -169,35 +181,36 @@ class ModelProber:
         times = await self._stream(self.prompt(length), 2)
         return times.first - t0
 
-    # --- decode: B concurrent streams through the router, steady-state step time ----------------
-    async def decode_point(self, batch: int, context: int, tokens: int) -> tuple[DecodePoint, int]:
-        """(the point, max_new_tokens it took): longer runs until the steady window (every
-        stream decoding) holds enough steps."""
-        while True:
-            prompts = [self.prompt(context) for _ in range(batch)]
-            # Prefilled into the prefill worker's radix cache first, so the streams' own
-            # prefills are cache hits and they start close together: otherwise B cold prefills
-            # queue one after another and the streams must run far longer to overlap.
-            for ids in prompts:
-                await self._warm(ids)
-            streams = await asyncio.gather(*(self._stream(ids, tokens) for ids in prompts))
-            steps = step_intervals(list(streams))
-            if len(steps) >= MIN_STEADY_STEPS * batch:
-                # Mean context over the window: the prompt plus about half the output.
-                point = DecodePoint(
-                    batch=batch, context=context + tokens // 2, step_seconds=median(steps)
-                )
-                return point, tokens
-            stagger = max(s.first for s in streams) - min(s.first for s in streams)
-            step = median(steps) if steps else min(s.last - s.first for s in streams) / tokens
-            more = tokens_needed(stagger, step, MIN_STEADY_STEPS, 2 * tokens)
-            if tokens >= MAX_DECODE_TOKENS:
+    # --- decode: B concurrent streams through the router, twice ----------------------------
+    async def _finish_times(self, prompts: list[list[int]], tokens: int) -> list[float]:
+        """Seconds from sending to the last token of each of the streams, sent together."""
+        t0 = time.perf_counter()
+        streams = await asyncio.gather(*(self._stream(ids, tokens) for ids in prompts))
+        for s in streams:
+            if s.chunks[-1][1] != tokens:
                 raise ProfileError(
-                    f"model {self.dep.name}: {batch} streams of {context} tokens never decoded "
-                    f"together for {MIN_STEADY_STEPS} steps within {tokens} new tokens; lower "
-                    "--decode-batches or --decode-contexts"
+                    f"model {self.dep.name}: a stream ended after {s.chunks[-1][1]} of {tokens} "
+                    "tokens despite ignore_eos (is the context length too short?)"
                 )
-            tokens = min(more, MAX_DECODE_TOKENS)
+        return [s.last - t0 for s in streams]
+
+    async def decode_point(self, batch: int, context: int) -> DecodePoint:
+        """B streams of `context`-token prompts, run to SHORT_RUN and to SHORT_RUN +
+        decode_tokens new tokens (profiling/steady_state.py says why two runs)."""
+        prompts = [self.prompt(context) for _ in range(batch)]
+        # Prefilled into the prefill worker's radix cache first, so the streams' own prefills
+        # are cache hits and they start together rather than one cold prefill after another.
+        for ids in prompts:
+            await self._warm(ids)
+        short, long = SHORT_RUN, SHORT_RUN + self.knobs.decode_tokens
+        finish_short = await self._finish_times(prompts, short)
+        finish_long = await self._finish_times(prompts, long)
+        return DecodePoint(
+            batch=batch,
+            # Mean context over the steps the difference measures.
+            context=context + (short + long) // 2,
+            step_seconds=step_seconds(finish_short, finish_long, long - short),
+        )
 
     # --- the whole model -----------------------------------------------------------------------
     async def measure(self) -> ModelRun:
@@ -219,12 +232,8 @@ class ModelProber:
                 self.run.ttft.setdefault(length, []).append(await self.ttft(length))
                 self.tick(f"ttft {length}")
         for context in k.decode_contexts:
-            tokens = k.decode_tokens
             for batch in k.decode_batches:
-                # From what the previous batch needed: a bigger one staggers no less.
-                point, tokens = await self.decode_point(batch, context, tokens)
-                self.run.decode.append(point)
-                self.run.decode_tokens_used[(batch, context)] = tokens
+                self.run.decode.append(await self.decode_point(batch, context))
                 self.tick(f"decode b{batch} c{context}")
         return self.run
 

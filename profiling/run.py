@@ -50,8 +50,8 @@ def choose_models(config: TopologyConfig, wanted: list[str] | None) -> list[str]
 
 def decode_pool_tokens(knobs: Knobs) -> int:
     """KV tokens a decode worker must hold for the largest decode point: every stream's prompt
-    and its output (the runs may double max_new_tokens twice to reach steady state)."""
-    return max(knobs.decode_batches) * (max(knobs.decode_contexts) + 4 * knobs.decode_tokens)
+    and its output (SHORT_RUN + decode_tokens), with room to spare."""
+    return max(knobs.decode_batches) * (max(knobs.decode_contexts) + 2 * knobs.decode_tokens)
 
 
 def pool_concurrency(config: TopologyConfig, models: list[str], tokens: int) -> int:
@@ -134,8 +134,9 @@ def model_profile(target: Target, model: str, run: ModelRun, served_path: str) -
     notes = (
         f"measured: prefill = median of {target.knobs.reps} of {source} of the prefill-only "
         "warm-up verb on an idle prefill worker (cold: fresh random ids; cached: a fresh prefix "
-        "warmed first); decode = median seconds per token between streamed chunks while all B "
-        "streams through the sglang-router decode (ignore_eos); pd_fixed = median of TTFT "
+        "warmed first); decode = B streams through the sglang-router (ignore_eos, prompts cached "
+        "on prefill first) run twice, to 4 and to 4 + decode_tokens new tokens: the difference "
+        "of the median finish times per extra token; pd_fixed = median of TTFT "
         "through the sglang-router minus the cold prefill at the same length. derived: "
         f"weights_bytes and kv_bytes_per_token from config.json ({mem.dtype}, KV {mem.kv_dtype}; "
         "planning/model_memory.py)."

@@ -13,38 +13,20 @@ from profiling.knobs import CPU_KNOBS, GPU_KNOBS, knobs_from_args, parse_ints
 from profiling.measure import ModelRun, PrefillSample, ProfileError
 from profiling.profile_file import DecodePoint, Profile
 from profiling.run import choose_models, decode_pool_tokens, pool_concurrency
-from profiling.steady_state import StreamTimes, steady_window, step_intervals, tokens_needed
+from profiling.steady_state import step_seconds
 from router.config_loader import load_config
 
 ANCHORS = Path(__file__).resolve().parent.parent / "profiling" / "anchors"
 
 
-def stream(start: float, step: float, n: int, per_chunk: int = 1) -> StreamTimes:
-    return StreamTimes([(start + i * step, (i + 1) * per_chunk) for i in range(n)])
-
-
-def test_steady_window_keeps_only_the_span_where_every_stream_decodes():
-    # Two streams 10 ms/step; the second starts late and a slow gap outside the window is ignored.
-    a = stream(0.0, 0.010, 50)
-    a.chunks.insert(0, (-1.0, 0))  # a chunk with no tokens yet: never a step
-    b = stream(0.2, 0.010, 50)
-    assert steady_window([a, b]) == pytest.approx((0.2, 0.49))
-    steps = step_intervals([a, b])
-    assert steps and all(s == pytest.approx(0.010) for s in steps)
-
-
-def test_a_chunk_of_several_tokens_counts_as_several_steps():
-    assert step_intervals([stream(0.0, 0.030, 10, per_chunk=3)]) == pytest.approx([0.010] * 9)
-
-
-def test_streams_that_never_overlap_have_no_steady_steps():
-    assert step_intervals([stream(0.0, 0.01, 5), stream(1.0, 0.01, 5)]) == []
-
-
-def test_tokens_needed_covers_the_stagger_with_a_margin():
-    assert tokens_needed(1.0, 0.01, 8, 32) == int(1.5 * (100 + 8)) + 1
-    assert tokens_needed(0.0, 0.01, 8, 32) == 32
-    assert tokens_needed(1.0, 0.0, 8, 32) == 32
+def test_a_step_is_the_finish_time_difference_per_extra_token():
+    # Three streams, each ending 0.2 s later in the run with 20 more tokens: 10 ms a step, the
+    # outlier stream (a slow start in both runs) left out by the median.
+    short, long = [0.30, 0.31, 0.90], [0.50, 0.51, 1.30]
+    assert step_seconds(short, long, 20) == pytest.approx(0.010)
+    assert step_seconds([0.5], [0.49], 20) == 0.0  # noise is never a negative cost
+    with pytest.raises(ValueError):
+        step_seconds([0.1], [0.2], 0)
 
 
 def test_knobs_parse_and_refuse_bad_values():
