@@ -67,8 +67,11 @@ def _progress() -> Progress:
 
 
 def _measure(cluster_path: Path, target: Target) -> Profile:
-    from profiling.run import profile_cluster
+    from profiling.run import check_served, profile_cluster
+    from router.cluster import load_cluster
 
+    cluster = load_cluster(cluster_path)
+    check_served(cluster, target.models)
     total = len(target.models) * ModelProber.steps(target.knobs)
     with _progress() as bar:
         task = bar.add_task("profiling", total=total)
@@ -76,7 +79,7 @@ def _measure(cluster_path: Path, target: Target) -> Profile:
         def tick(model: str, what: str) -> None:
             bar.update(task, advance=1, description=f"{model}: {what}")
 
-        return profile_cluster(cluster_path, target, tick)
+        return profile_cluster(cluster, target, tick)
 
 
 def _profile(args: argparse.Namespace, target: Target) -> Profile:

@@ -7,7 +7,6 @@ import asyncio
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import aiohttp
 
@@ -87,16 +86,21 @@ def prompt_vocab(model_path: str, tokenizer_path: str) -> int:
     return vocab
 
 
-async def measure_models(cluster: ClusterSpec, target: Target, tick: Tick) -> dict[str, ModelRun]:
-    """Each model in turn on the deployment `cluster` describes."""
-    from router.context import RouterContext
-
-    for m in target.models:
+def check_served(cluster: ClusterSpec, models: list[str]) -> None:
+    """ProfileError naming a chosen model the running deployment does not serve."""
+    for m in models:
         if m not in cluster.models:
             raise ProfileError(
                 f"the running deployment serves no model '{m}' (it serves "
                 f"{', '.join(cluster.models)}); start it from this config or fix --models"
             )
+
+
+async def measure_models(cluster: ClusterSpec, target: Target, tick: Tick) -> dict[str, ModelRun]:
+    """Each model in turn on the deployment `cluster` describes."""
+    from router.context import RouterContext
+
+    check_served(cluster, target.models)
     runs = {}
     rng = random.Random(target.seed)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1800)) as session:
@@ -166,10 +170,7 @@ def build_profile(target: Target, runs: dict[str, ModelRun], cluster: ClusterSpe
     )
 
 
-def profile_cluster(cluster_path: Path, target: Target, tick: Tick) -> Profile:
-    """Profile the models of a running deployment (its cluster.json)."""
-    from router.cluster import load_cluster
-
-    cluster = load_cluster(cluster_path)
+def profile_cluster(cluster: ClusterSpec, target: Target, tick: Tick) -> Profile:
+    """Profile the models of a running deployment (its cluster.json, loaded)."""
     runs = asyncio.run(measure_models(cluster, target, tick))
     return build_profile(target, runs, cluster)
