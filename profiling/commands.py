@@ -1,5 +1,6 @@
-"""`moa-pd profile`: measure each model of a config on this machine and write profile.json,
-with a progress bar and a summary table."""
+"""`moa-pd profile`: measure each model of a config on this machine and write profile.json.
+
+It shows a progress bar while measuring and prints a summary table at the end."""
 
 from __future__ import annotations
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from profiling.knobs import Knobs
 from profiling.profile_file import DecodePoint, PrefillPoint
-from profiling.steady_state import median, step_seconds
+from profiling.decode_step import median, step_seconds
 from router.pd import Deployment
 from sglang_ext import protocol as P
 
@@ -196,7 +196,7 @@ class ModelProber:
 
     async def decode_point(self, batch: int, context: int) -> DecodePoint:
         """B streams of `context`-token prompts, run to SHORT_RUN and to SHORT_RUN +
-        decode_tokens new tokens (profiling/steady_state.py says why two runs)."""
+        decode_tokens new tokens (profiling/decode_step.py says why two runs)."""
         prompts = [self.prompt(context) for _ in range(batch)]
         # Prefilled into the prefill worker's radix cache first, so the streams' own prefills
         # are cache hits and they start together rather than one cold prefill after another.

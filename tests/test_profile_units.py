@@ -13,7 +13,7 @@ from profiling.knobs import CPU_KNOBS, GPU_KNOBS, knobs_from_args, parse_ints
 from profiling.measure import ModelRun, PrefillSample, ProfileError
 from profiling.profile_file import DecodePoint, Profile
 from profiling.run import choose_models, decode_pool_tokens, pool_concurrency
-from profiling.steady_state import step_seconds
+from profiling.decode_step import step_seconds
 from router.config_loader import load_config
 
 ANCHORS = Path(__file__).resolve().parent.parent / "profiling" / "anchors"
