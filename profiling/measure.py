@@ -12,9 +12,9 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from profiling.decode_step import median, step_seconds
 from profiling.knobs import Knobs
 from profiling.profile_file import DecodePoint, PrefillPoint
-from profiling.decode_step import median, step_seconds
 from router.pd import Deployment
 from sglang_ext import protocol as P
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from launch.cli import main
+from profiling.decode_step import step_seconds
 from profiling.knobs import CPU_KNOBS, GPU_KNOBS, knobs_from_args, parse_ints
 from profiling.measure import ModelRun, PrefillSample, ProfileError
 from profiling.profile_file import DecodePoint, Profile
 from profiling.run import choose_models, decode_pool_tokens, pool_concurrency
-from profiling.decode_step import step_seconds
 from router.config_loader import load_config
 
 ANCHORS = Path(__file__).resolve().parent.parent / "profiling" / "anchors"
