@@ -20,7 +20,8 @@
 #   microbench ~2.5 min: 2 workers, 12 prompts × (incremental, pd)
 #   profile   ~4.5 min: 2 workers ~100 s with compiles, then the GPU defaults of `moa-pd profile`
 #             (prefill 256-4096 cold and cached, decode batch 1/8/32 at 512/2048, TTFT) < 3 min;
-#             PROFILE_CONFIG/PROFILE_MODELS pick other models, PROFILE_ARGS adds flags.
+#             PROFILE_CONFIG/PROFILE_MODELS pick other models (PROFILE_FIT_MAP swaps shapes as
+#             FIT_MAP does), PROFILE_ARGS adds flags.
 #   settings  ~6 min: 6 workers in turns ~3.5 min, N1=2 questions × #1/#2/#3 at concurrency 1,
 #             N8=8 × 3 at concurrency 8; WITH_TTFT=qwen3-8b adds the TTFT stage on this
 #             deployment's 8B model (~1 min) instead of starting a pair for it.
@@ -30,7 +31,7 @@
 # PROFILE=cpu rehearses every stage on a machine without a GPU: the reference engine, SmolLM2 or
 # the tiny CPU configs, short lengths, few samples (PYTHON=.venv/bin/python). Knobs (env): SITE,
 # OUT, PYTHON, LENGTHS, REPS, MB_PROMPTS, MB_MAX_LEN, TREE, DENSE, FIT_MAP, SETTINGS, N1, N8, C8,
-# WITH_TTFT, PROFILE_CONFIG, PROFILE_MODELS, PROFILE_ARGS.
+# WITH_TTFT, PROFILE_CONFIG, PROFILE_MODELS, PROFILE_FIT_MAP, PROFILE_ARGS.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -229,12 +230,17 @@ stage_settings() {
 }
 
 stage_profile() {
-    local dir=$WORK/profile models=() extra=()
+    local dir=$WORK/profile config=$PROFILE_CONFIG models=() extra=()
     rm -rf "$dir"
     mkdir -p "$dir"
+    if [[ -n ${PROFILE_FIT_MAP:-} ]]; then
+        "$PYTHON" -m experiments.gpu.fit_config "$PROFILE_CONFIG" --map "$PROFILE_FIT_MAP" \
+            --out "$dir/config.json"
+        config=$dir/config.json
+    fi
     [[ -n ${PROFILE_MODELS:-} ]] && models=(--models "$PROFILE_MODELS")
     read -r -a extra <<<"$PROFILE_ARGS"
-    timeout "$(cap 560)" "$PYTHON" -m launch.cli profile --config "$PROFILE_CONFIG" --backend "$BACKEND" \
+    timeout "$(cap 560)" "$PYTHON" -m launch.cli profile --config "$config" --backend "$BACKEND" \
         "${models[@]}" "${extra[@]}" --run-dir "$dir/deploy" --out "$dir/profile.json" 2>&1 |
         tee "$dir/profile.txt" || status=$?
     cp "$dir/profile.txt" "$OUT/profile_table.txt" 2>/dev/null || true
