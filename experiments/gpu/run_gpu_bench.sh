@@ -11,12 +11,17 @@
 #   run_gpu_bench.sh ttft            (b) TTFT cold vs warm vs prompt length, 8B shape
 #   run_gpu_bench.sh microbench      (c) Fig. 4(iii): incremental ÷ PD, 8B shape
 #   run_gpu_bench.sh settings        (d) #1/#2/#3 on the dummy 9-3-1 tree, concurrency 1 and 8
+#   run_gpu_bench.sh profile         (e) `moa-pd profile` of the 8B shape (issue 22): profile.json
 #
 # Estimates (H200 numbers of gpu-offline.md: ~33 s per worker start with dummy weights, workers
 # sharing a GPU start in turns, the first warm-up of a prefill worker 34 s of Triton compiles):
 #   install   ~15-30 s per part (plus the transfer of ~60 MiB); chain the last with `&& ... project`
 #   ttft      ~3 min: 2 workers ~100 s with compiles, 4 lengths × 10 reps × cold/warm × 2 paths
 #   microbench ~2.5 min: 2 workers, 12 prompts × (incremental, pd)
+#   profile   ~4.5 min: 2 workers ~100 s with compiles, then the GPU defaults of `moa-pd profile`
+#             (prefill 256-4096 cold and cached, decode batch 1/8/32 at 512/2048, TTFT) < 3 min;
+#             PROFILE_CONFIG/PROFILE_MODELS pick other models (PROFILE_FIT_MAP swaps shapes as
+#             FIT_MAP does), PROFILE_ARGS adds flags.
 #   settings  ~6 min: 6 workers in turns ~3.5 min, N1=2 questions × #1/#2/#3 at concurrency 1,
 #             N8=8 × 3 at concurrency 8; WITH_TTFT=qwen3-8b adds the TTFT stage on this
 #             deployment's 8B model (~1 min) instead of starting a pair for it.
@@ -26,7 +31,7 @@
 # PROFILE=cpu rehearses every stage on a machine without a GPU: the reference engine, SmolLM2 or
 # the tiny CPU configs, short lengths, few samples (PYTHON=.venv/bin/python). Knobs (env): SITE,
 # OUT, PYTHON, LENGTHS, REPS, MB_PROMPTS, MB_MAX_LEN, TREE, DENSE, FIT_MAP, SETTINGS, N1, N8, C8,
-# WITH_TTFT.
+# WITH_TTFT, PROFILE_CONFIG, PROFILE_MODELS, PROFILE_FIT_MAP, PROFILE_ARGS.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -54,6 +59,8 @@ if [[ $PROFILE == gpu ]]; then
     # 4B/8B/32B as PD pairs need ~170 GiB of weights; 1.7B/4B/8B (~52 GiB) fit one H100 or H200.
     FIT_MAP=${FIT_MAP-qwen3-4b=qwen3-1.7b,qwen3-8b=qwen3-4b,qwen3-32b=qwen3-8b}
     N1=${N1:-2} N8=${N8:-8} C8=${C8:-8}
+    PROFILE_CONFIG=${PROFILE_CONFIG:-single_8b_dummy_gpu}
+    PROFILE_ARGS=${PROFILE_ARGS-}
 elif [[ $PROFILE == cpu ]]; then
     BACKEND=torch
     TTFT_CONFIG=${TTFT_CONFIG:-tree_3_1_cpu}
@@ -66,6 +73,8 @@ elif [[ $PROFILE == cpu ]]; then
     DENSE=${DENSE:-all_to_all_9_9_1_cpu}
     FIT_MAP=${FIT_MAP-}
     N1=${N1:-1} N8=${N8:-2} C8=${C8:-2}
+    PROFILE_CONFIG=${PROFILE_CONFIG:-tree_3_1_dummy_cpu}
+    PROFILE_ARGS=${PROFILE_ARGS---reps 2 --prompt-lengths 16,64 --cached-prefixes 32 --cached-new-tokens 16 --decode-batches 1,3 --decode-contexts 16,48 --decode-tokens 12}
     STAGE_S=${STAGE_S:-3000} TIME_SCALE=${TIME_SCALE:-5}
 else
     echo "error: PROFILE=$PROFILE; use gpu (default) or cpu (the rehearsal)" >&2
@@ -220,6 +229,26 @@ stage_settings() {
     return "$status"
 }
 
+stage_profile() {
+    local dir=$WORK/profile config=$PROFILE_CONFIG models=() extra=()
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    if [[ -n ${PROFILE_FIT_MAP:-} ]]; then
+        "$PYTHON" -m experiments.gpu.fit_config "$PROFILE_CONFIG" --map "$PROFILE_FIT_MAP" \
+            --out "$dir/config.json"
+        config=$dir/config.json
+    fi
+    [[ -n ${PROFILE_MODELS:-} ]] && models=(--models "$PROFILE_MODELS")
+    read -r -a extra <<<"$PROFILE_ARGS"
+    timeout "$(cap 560)" "$PYTHON" -m launch.cli profile --config "$config" --backend "$BACKEND" \
+        "${models[@]}" "${extra[@]}" --run-dir "$dir/deploy" --out "$dir/profile.json" 2>&1 |
+        tee "$dir/profile.txt" || status=$?
+    cp "$dir/profile.txt" "$OUT/profile_table.txt" 2>/dev/null || true
+    collect profile "$dir" profile.json
+    archive profile_logs.tgz "$dir/deploy"
+    return "${status:-0}"
+}
+
 stage=${1:-}
 shift || true
 echo "== stage $stage ($PROFILE, $($PYTHON -V 2>&1), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo no GPU))"
@@ -230,8 +259,9 @@ case $stage in
     ttft) stage_ttft ;;
     microbench) stage_microbench ;;
     settings) stage_settings ;;
+    profile) stage_profile ;;
     *)
-        echo "usage: $0 install DIR...|project|ttft|microbench|settings (see the header)" >&2
+        echo "usage: $0 install DIR...|project|ttft|microbench|settings|profile (see the header)" >&2
         exit 2
         ;;
 esac

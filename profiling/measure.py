@@ -1,0 +1,250 @@
+"""Measuring one model of a running PD deployment: prefill (cold and after a cached prefix)
+straight on its prefill worker, decode steps through its sglang-router, and the PD path's fixed
+cost (TTFT through the router minus the prefill). Every prompt is fresh random token ids, so
+nothing is cached by accident."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from profiling.decode_step import median, step_seconds
+from profiling.knobs import Knobs
+from profiling.profile_file import DecodePoint, PrefillPoint
+from router.pd import Deployment
+from sglang_ext import protocol as P
+
+# Random prompt ids start here: below are special and control tokens of most tokenizers.
+LOW_TOKEN_ID = 100
+# New tokens of a decode point's short run (its long run has decode_tokens more).
+SHORT_RUN = 4
+
+
+@dataclass(slots=True)
+class StreamTimes:
+    """One streamed request: (arrival time, tokens generated so far) per chunk with tokens."""
+
+    chunks: list[tuple[float, int]] = field(default_factory=list)
+
+    @property
+    def first(self) -> float:
+        return self.chunks[0][0]
+
+    @property
+    def last(self) -> float:
+        return self.chunks[-1][0]
+
+
+class ProfileError(RuntimeError):
+    """A measurement that cannot be made as asked; the message says what to change."""
+
+
+@dataclass(slots=True)
+class PrefillSample:
+    new_tokens: int
+    cached_tokens: int
+    wall_s: float  # the client's HTTP round trip
+    span_s: float | None  # the worker's own forward_entry -> prefill_finished, where reported
+
+
+@dataclass(slots=True)
+class ModelRun:
+    """Everything measured on one model, before it becomes a ModelProfile."""
+
+    prefill: list[PrefillSample] = field(default_factory=list)
+    decode: list[DecodePoint] = field(default_factory=list)
+    ttft: dict[int, list[float]] = field(default_factory=dict)  # prompt length -> TTFTs
+
+    @property
+    def uses_worker_span(self) -> bool:
+        """Prefill is timed by the worker's own span when every sample has one (SGLang with
+        --enable-metrics and the reference engine report it), else by the HTTP round trip."""
+        return bool(self.prefill) and all(s.span_s is not None for s in self.prefill)
+
+    def prefill_points(self) -> list[PrefillPoint]:
+        """Median seconds per (new, cached) point."""
+        groups: dict[tuple[int, int], list[float]] = {}
+        span = self.uses_worker_span
+        for s in self.prefill:
+            key = (s.new_tokens, s.cached_tokens)
+            groups.setdefault(key, []).append(s.span_s if span else s.wall_s)  # type: ignore[arg-type]
+        return [
+            PrefillPoint(new_tokens=n, cached_tokens=c, seconds=median(v))
+            for (n, c), v in sorted(groups.items())
+        ]
+
+    def pd_fixed_seconds(self) -> float:
+        """Median over (length, rep) of TTFT through the router minus the cold prefill median at
+        that length; never negative (a TTFT can undercut a prefill median by noise)."""
+        cold = {p.new_tokens: p.seconds for p in self.prefill_points() if p.cached_tokens == 0}
+        diffs = [t - cold[n] for n, ts in self.ttft.items() if n in cold for t in ts]
+        if not diffs:
+            raise ProfileError("no TTFT at a cold prefill length: nothing to derive pd_fixed from")
+        return max(0.0, median(diffs))
+
+
+def random_prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
+    return [rng.randrange(LOW_TOKEN_ID, vocab) for _ in range(length)]
+
+
+def _span(meta: dict) -> float | None:
+    start, end = meta.get(P.FORWARD_ENTRY_TIME), meta.get(P.PREFILL_FINISHED_TIME)
+    if isinstance(start, (int, float)) and isinstance(end, (int, float)) and end > start:
+        return float(end - start)
+    return None
+
+
+class ModelProber:
+    """The measurements of one model; `tick(label)` is called after each measured request."""
+
+    def __init__(
+        self,
+        dep: Deployment,
+        vocab: int,
+        knobs: Knobs,
+        rng: random.Random,
+        tick: Callable[[str], None] = lambda label: None,
+    ) -> None:
+        self.dep, self.vocab, self.knobs, self.rng, self.tick = dep, vocab, knobs, rng, tick
+        self.run = ModelRun()
+
+    def prompt(self, length: int) -> list[int]:
+        return random_prompt(self.rng, length, self.vocab)
+
+    # --- prefill: the warm-up verb on the prefill worker (KV into its radix cache, no transfer) --
+    async def _warm(self, ids: list[int]) -> tuple[float, dict]:
+        target = self.dep.pick_prefill()
+        try:
+            t0 = time.perf_counter()
+            meta = await self.dep.warmup(target, ids, f"{P.WARMUP_RID_PREFIX}{uuid.uuid4().hex}")
+            return time.perf_counter() - t0, meta
+        finally:
+            self.dep.unpin(target)
+
+    async def cold_prefill(self, length: int) -> PrefillSample:
+        wall, meta = await self._warm(self.prompt(length))
+        cached = int(meta.get(P.CACHED_TOKENS) or 0)
+        # Wall time is the HTTP round trip, not reduced by an "empty request" overhead: the
+        # verb refuses an empty prompt, and a 1-token prefill is a real forward pass (weights
+        # read once), so subtracting it would remove real cost. Where the worker reports its
+        # own forward span (the usual case), that is used instead (ModelRun.uses_worker_span),
+        # and the fitted fixed term absorbs what is left of the overhead.
+        return PrefillSample(length - cached, cached, wall, _span(meta))
+
+    async def cached_prefill(self, prefix: int, new: int) -> PrefillSample:
+        """Warm a fresh prefix of `prefix` tokens, then time prefix + `new` fresh tokens."""
+        ids = self.prompt(prefix)
+        await self._warm(ids)
+        wall, meta = await self._warm(ids + self.prompt(new))
+        cached = int(meta.get(P.CACHED_TOKENS) or 0)
+        if cached < prefix // 2:
+            raise ProfileError(
+                f"model {self.dep.name}: a {prefix}-token prefix warmed just before was not reused "
+                f"({cached} tokens cached); is the prefill worker's radix cache disabled?"
+            )
+        return PrefillSample(prefix + new - cached, cached, wall, _span(meta))
+
+    # --- the PD path: TTFT through the sglang-router ---------------------------------------------
+    async def _stream(self, ids: list[int], max_new: int) -> StreamTimes:
+        body = {
+            P.INPUT_IDS: ids,
+            P.SAMPLING_PARAMS: {
+                P.MAX_NEW_TOKENS: max_new,
+                P.TEMPERATURE: 0.0,
+                P.IGNORE_EOS: True,
+            },
+            P.RID: f"profile-{uuid.uuid4().hex}",
+        }
+        times = StreamTimes()
+        seen = 0
+        call = self.dep.via_router(body)
+        async for chunk in call.stream:
+            now = time.perf_counter()
+            meta = chunk.get(P.META_INFO) or {}
+            # completion_tokens counts what was generated so far; SGLang may stream several
+            # tokens in one chunk.
+            done = int(meta.get(P.COMPLETION_TOKENS) or (seen + len(chunk.get(P.OUTPUT_IDS) or [])))
+            if done > seen:
+                times.chunks.append((now, done))
+                seen = done
+        if not times.chunks:
+            raise ProfileError(f"model {self.dep.name}: a streamed request returned no token")
+        return times
+
+    async def ttft(self, length: int) -> float:
+        t0 = time.perf_counter()
+        # Two tokens: the first is what prefill sampled, sent on by decode once the KV arrived.
+        times = await self._stream(self.prompt(length), 2)
+        return times.first - t0
+
+    # --- decode: B concurrent streams through the router, twice ----------------------------
+    async def _finish_times(self, prompts: list[list[int]], tokens: int) -> list[float]:
+        """Seconds from sending to the last token of each of the streams, sent together."""
+        t0 = time.perf_counter()
+        streams = await asyncio.gather(*(self._stream(ids, tokens) for ids in prompts))
+        for s in streams:
+            if s.chunks[-1][1] != tokens:
+                raise ProfileError(
+                    f"model {self.dep.name}: a stream ended after {s.chunks[-1][1]} of {tokens} "
+                    "tokens despite ignore_eos (is the context length too short?)"
+                )
+        return [s.last - t0 for s in streams]
+
+    async def decode_point(self, batch: int, context: int) -> DecodePoint:
+        """B streams of `context`-token prompts, run to SHORT_RUN and to SHORT_RUN +
+        decode_tokens new tokens (profiling/decode_step.py says why two runs)."""
+        prompts = [self.prompt(context) for _ in range(batch)]
+        # Prefilled into the prefill worker's radix cache first, so the streams' own prefills
+        # are cache hits and they start together rather than one cold prefill after another.
+        for ids in prompts:
+            await self._warm(ids)
+        short, long = SHORT_RUN, SHORT_RUN + self.knobs.decode_tokens
+        finish_short = await self._finish_times(prompts, short)
+        finish_long = await self._finish_times(prompts, long)
+        return DecodePoint(
+            batch=batch,
+            # Mean context over the steps the difference measures.
+            context=context + (short + long) // 2,
+            step_seconds=step_seconds(finish_short, finish_long, long - short),
+        )
+
+    # --- the whole model -----------------------------------------------------------------------
+    async def measure(self) -> ModelRun:
+        k = self.knobs
+        # One-off costs (allocators, lazy init, Triton compiles: 34 s for the first warm-up of an
+        # 8B worker on an H200) are paid here, unmeasured.
+        for length in self.first_pass_lengths(k):
+            await self.cold_prefill(length)
+            await self.ttft(length)
+            self.tick("first pass")
+        for _ in range(k.reps):
+            for length in k.prompt_lengths:
+                self.run.prefill.append(await self.cold_prefill(length))
+                self.tick(f"prefill {length}")
+            for prefix in k.cached_prefixes:
+                self.run.prefill.append(await self.cached_prefill(prefix, k.cached_new_tokens))
+                self.tick(f"prefill {k.cached_new_tokens} after {prefix}")
+            for length in k.prompt_lengths:
+                self.run.ttft.setdefault(length, []).append(await self.ttft(length))
+                self.tick(f"ttft {length}")
+        for context in k.decode_contexts:
+            for batch in k.decode_batches:
+                self.run.decode.append(await self.decode_point(batch, context))
+                self.tick(f"decode b{batch} c{context}")
+        return self.run
+
+    @staticmethod
+    def first_pass_lengths(knobs: Knobs) -> list[int]:
+        """The shortest and the longest prompt (each path's lazy start, the largest buffers)."""
+        return sorted({min(knobs.prompt_lengths), max(knobs.prompt_lengths)})
+
+    @classmethod
+    def steps(cls, knobs: Knobs) -> int:
+        """Ticks `measure` makes (the progress bar's total)."""
+        per_rep = 2 * len(knobs.prompt_lengths) + len(knobs.cached_prefixes)
+        decode = len(knobs.decode_batches) * len(knobs.decode_contexts)
+        return len(cls.first_pass_lengths(knobs)) + knobs.reps * per_rep + decode
