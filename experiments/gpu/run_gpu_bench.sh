@@ -12,6 +12,10 @@
 #   run_gpu_bench.sh microbench      (c) Fig. 4(iii): incremental ÷ PD, 8B shape
 #   run_gpu_bench.sh settings        (d) #1/#2/#3 on the dummy 9-3-1 tree, concurrency 1 and 8
 #   run_gpu_bench.sh profile         (e) `moa-pd profile` of the 8B shape (issue 22): profile.json
+#   run_gpu_bench.sh planned         (f) issue 22's planned deployment: `moa-pd plan` (ILP) of the
+#                                        fitted 9-3-1 tree on this GPU, `up --plan`, #2/#3 at
+#                                        concurrency 1 and C8, then `moa-pd profile --cluster` of
+#                                        the same deployment (the costs its prediction is made from)
 #
 # Estimates (H200 numbers of gpu-offline.md: ~33 s per worker start with dummy weights, workers
 # sharing a GPU start in turns, the first warm-up of a prefill worker 34 s of Triton compiles):
@@ -61,6 +65,9 @@ if [[ $PROFILE == gpu ]]; then
     N1=${N1:-2} N8=${N8:-8} C8=${C8:-8}
     PROFILE_CONFIG=${PROFILE_CONFIG:-single_8b_dummy_gpu}
     PROFILE_ARGS=${PROFILE_ARGS-}
+    # The planned deployment's pools are sized for C8 questions: profile batches up to C8.
+    PLANNED_PROFILE_ARGS=${PLANNED_PROFILE_ARGS---decode-batches 1,4,8 --reps 3}
+    PLAN_PROFILE=${PLAN_PROFILE:-profiling/anchors/gpu_anchor_qwen3_h200.json}
 elif [[ $PROFILE == cpu ]]; then
     BACKEND=torch
     TTFT_CONFIG=${TTFT_CONFIG:-tree_3_1_cpu}
@@ -74,6 +81,8 @@ elif [[ $PROFILE == cpu ]]; then
     FIT_MAP=${FIT_MAP-}
     N1=${N1:-1} N8=${N8:-2} C8=${C8:-2}
     PROFILE_CONFIG=${PROFILE_CONFIG:-tree_3_1_dummy_cpu}
+    PLANNED_PROFILE_ARGS=${PLANNED_PROFILE_ARGS---reps 2 --prompt-lengths 16,64 --cached-prefixes 32 --cached-new-tokens 16 --decode-batches 1,2 --decode-contexts 16,48 --decode-tokens 12}
+    PLAN_PROFILE=${PLAN_PROFILE:-profiling/measured/cpu_2core_torch.json}
     PROFILE_ARGS=${PROFILE_ARGS---reps 2 --prompt-lengths 16,64 --cached-prefixes 32 --cached-new-tokens 16 --decode-batches 1,3 --decode-contexts 16,48 --decode-tokens 12}
     STAGE_S=${STAGE_S:-3000} TIME_SCALE=${TIME_SCALE:-5}
 else
@@ -249,6 +258,48 @@ stage_profile() {
     return "${status:-0}"
 }
 
+stage_planned() {
+    local dir=$WORK/planned tree=$TREE devices status=0 c n
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    if [[ -n $FIT_MAP ]]; then
+        "$PYTHON" -m experiments.gpu.fit_config "$TREE" --map "$FIT_MAP" --out "$dir/tree.json"
+        tree=$dir/tree.json
+    fi
+    # One GPU as this machine has it, or (the CPU rehearsal) the cores.
+    if [[ $PROFILE == gpu ]]; then
+        devices=(--gpus "1x$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)MiB")
+    else
+        devices=(--cpus "$(nproc)")
+    fi
+    "$PYTHON" -m launch.cli plan --config "$tree" "${devices[@]}" --concurrency "$C8" \
+        --profile "$PLAN_PROFILE" --out "$dir/plan.json" 2>&1 | tee "$dir/plan.txt"
+    [[ -f $dir/plan.json ]] || { archive planned_logs.tgz "$dir"; return 1; }
+    timeout "$(cap 330)" "$PYTHON" -m launch.cli up --plan "$dir/plan.json" --run-dir "$dir/deploy" \
+        --detach || { archive planned_logs.tgz "$dir"; return 1; }
+    for c in 1 "$C8"; do
+        n=$([[ $c == 1 ]] && echo "$N1" || echo "$N8")
+        timeout "$(cap 150)" "$PYTHON" -m launch.cli run --config "$tree" --dataset gsm8k \
+            --num-samples "$n" --concurrency "$c" --settings "${PLANNED_SETTINGS:-2,3}" \
+            --cluster "$dir/deploy/cluster.json" --out "$dir/c$c" 2>&1 | tee "$dir/c$c.txt" ||
+            status=$?
+    done
+    local extra=()
+    read -r -a extra <<<"$PLANNED_PROFILE_ARGS"
+    timeout "$(cap 200)" "$PYTHON" -m launch.cli profile --config "$tree" --backend "$BACKEND" \
+        --cluster "$dir/deploy/cluster.json" "${extra[@]}" --out "$dir/profile.json" 2>&1 |
+        tee "$dir/profile.txt" || status=$?
+    moa down --run-dir "$dir/deploy" || true
+    cp "$dir/plan.txt" "$OUT/planned_plan.txt" 2>/dev/null || true
+    cp "$dir/profile.txt" "$OUT/planned_profile.txt" 2>/dev/null || true
+    # Everything the prediction needs, in one archive: plan, config, profile, both runs.
+    tar -czf "$OUT/planned_results.tgz" -C "$dir" \
+        $(cd "$dir" && ls -d plan.json tree.json profile.json c*/results.jsonl c*/summary.json \
+            c*.txt 2>/dev/null) 2>/dev/null || true
+    archive planned_logs.tgz "$dir/deploy"
+    return "$status"
+}
+
 stage=${1:-}
 shift || true
 echo "== stage $stage ($PROFILE, $($PYTHON -V 2>&1), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo no GPU))"
@@ -260,8 +311,9 @@ case $stage in
     microbench) stage_microbench ;;
     settings) stage_settings ;;
     profile) stage_profile ;;
+    planned) stage_planned ;;
     *)
-        echo "usage: $0 install DIR...|project|ttft|microbench|settings|profile (see the header)" >&2
+        echo "usage: $0 install DIR...|project|ttft|microbench|settings|profile|planned (see the header)" >&2
         exit 2
         ;;
 esac
