@@ -70,7 +70,12 @@ def _add_optional_commands(sub) -> None:
     """Subcommands whose modules register themselves (launcher, runner, figures, demo)."""
     import importlib
 
-    modules = ("launch.commands", "launch.dummy_model_cmd", "planning.commands")
+    modules = (
+        "launch.commands",
+        "launch.dummy_model_cmd",
+        "planning.commands",
+        "simulation.command",
+    )
     for module in (*modules, "experiments.commands"):
         try:
             mod = importlib.import_module(module)

@@ -192,7 +192,7 @@ class QuestionRun:
             return set()
         doomed = {a for a, w in self.work.agents.items() if w.killed}
         if self.sim.exit_rate is not None and not doomed:
-            for a, w in self.work.agents.items():
+            for w in self.work.agents.values():
                 n = self.cfg.early_exit.min_completed
                 if len(w.precursors) > n and self.rng.random() < self.sim.exit_rate:
                     doomed.update(self.rng.sample(list(w.precursors), len(w.precursors) - n))
