@@ -5,7 +5,7 @@ requests: from a DeploymentPlan, or the config's default deployment (`workers.pr
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from planning.plan_file import DeploymentPlan
 from profiling.profile_file import Profile
@@ -14,6 +14,10 @@ from router.config import TopologyConfig
 # The reference engine's defaults (sglang_ext/server_args.py) where a config sets none.
 DEFAULT_MAX_PREFILL_TOKENS = 4096
 DEFAULT_CHUNKED_PREFILL_SIZE = 2048
+# A decode worker admits this many requests at once (running + receiving KV); the rest wait
+# before their prefill even starts (the prefill side waits for decode's bootstrap). The reference
+# engine's default; real SGLang sizes it from memory, so there it is left unbounded.
+DEFAULT_MAX_RUNNING_REQUESTS = {"torch": 16, "sglang": 1 << 20}
 
 
 @dataclass(frozen=True, slots=True)
@@ -36,6 +40,7 @@ class SimDeployment:
     gate_scope: str  # the router's warm-up gate: "device" (CPU default) or "worker" (GPUs)
     prefill_args: dict[str, tuple[int, int]]  # model -> (max_prefill_tokens, chunked size)
     description: str
+    decode_slots: dict[str, int] = field(default_factory=dict)  # model -> max_running_requests
 
 
 def merged_models(configs: list[TopologyConfig]) -> dict:
@@ -55,6 +60,17 @@ def _prefill_args(configs: list[TopologyConfig], backend: str) -> dict[str, tupl
             int(args.get("chunked_prefill_size", DEFAULT_CHUNKED_PREFILL_SIZE)),
         )
     return out
+
+
+def _decode_slots(configs: list[TopologyConfig], backend: str) -> dict[str, int]:
+    return {
+        name: int(
+            spec.server_args.get(backend, {}).get(
+                "max_running_requests", DEFAULT_MAX_RUNNING_REQUESTS[backend]
+            )
+        )
+        for name, spec in merged_models(configs).items()
+    }
 
 
 def _check_profiled(models, profile: Profile) -> None:
@@ -88,6 +104,7 @@ def default_deployment(configs: list[TopologyConfig], profile: Profile) -> SimDe
         scope,
         _prefill_args(configs, profile.backend),
         f"config default: {len(workers)} workers, {where}",
+        _decode_slots(configs, profile.backend),
     )
 
 
@@ -121,4 +138,5 @@ def from_plan(
         scope,
         _prefill_args(configs, profile.backend),
         f"plan ({plan.mode}): {len(workers)} workers on {len(devices)} devices",
+        _decode_slots(configs, profile.backend),
     )

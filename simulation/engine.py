@@ -19,6 +19,7 @@ from simulation.deployment import SimDeployment
 from simulation.device import Device
 from simulation.gate import DeviceGate, PrefillGate
 from simulation.question import QuestionRun
+from simulation.router_load import RouterCosts, RouterLoad
 from simulation.workers import DecodeWorker, PrefillWorker, Replicas
 from simulation.workload import QuestionWork
 
@@ -60,6 +61,7 @@ class Simulation:
         exit_rate: float | None = None,
         seed: int = 0,
         priority_scheduling: bool = False,
+        router_costs: RouterCosts | None = None,
     ) -> None:
         self.env = simpy.Environment()
         self.configs = {c.name: c for c in configs}
@@ -69,6 +71,13 @@ class Simulation:
         dev_gates = {
             d: DeviceGate(self.env, s, deployment.gate_scope) for d, s in deployment.devices.items()
         }
+        # The shell router shares the first CPU device (it runs beside the workers it fronts).
+        cpu = next((d for d in self.devices if "gpu" not in d), None)
+        self.router = RouterLoad(
+            self.env,
+            self.devices[cpu] if cpu else Device(self.env, "host", 1),
+            router_costs if cpu and router_costs else RouterCosts(),
+        )
         self.replicas: dict[str, Replicas] = {}
         self.gates: dict[str, PrefillGate] = {}
         self.device_gates: dict[str, DeviceGate] = {}
@@ -90,7 +99,15 @@ class Simulation:
                 rep.prefill_share.append(w.share)
                 self.gates[w.name] = PrefillGate(w.name, dev_gates[w.device])
             else:
-                rep.decode.append(DecodeWorker(self.env, w.name, costs, self.devices[w.device]))
+                rep.decode.append(
+                    DecodeWorker(
+                        self.env,
+                        w.name,
+                        costs,
+                        self.devices[w.device],
+                        deployment.decode_slots.get(w.model, 1 << 20),
+                    )
+                )
                 rep.decode_share.append(w.share)
                 self.device_gates[w.name] = dev_gates[w.device]
 

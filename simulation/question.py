@@ -125,12 +125,18 @@ class QuestionRun:
         holds = [self.sim.gates[p.name] for p in rep.prefill] if not w.precursors else [gate]
         for g in holds:
             g.hold()
-        job = prefill.submit(prompt, critical=True)
-        yield job.done
+        self.sim.router.request()
+        # The prefill starts only once the decode worker admitted the request (PD bootstrap).
+        slot = decoder.slots.request()
+        yield slot
+        if not st.killed:  # an aborted request leaves the queue
+            job = prefill.submit(prompt, critical=True)
+            yield job.done
+            st.trace["prompt_tokens"], st.trace["cached_tokens"] = length(prompt), job.cached
         for g in holds:
             g.release()
-        st.trace["prompt_tokens"], st.trace["cached_tokens"] = length(prompt), job.cached
-        yield self.env.timeout(self.sim.profile.models[w.model].pd_fixed_seconds)
+        if not st.killed:
+            yield self.env.timeout(self.sim.profile.models[w.model].pd_fixed_seconds)
         if not st.killed:
             st.trace["first_token_s"] = self._now()
             st.tokens = 1
@@ -140,11 +146,13 @@ class QuestionRun:
                 length(prompt) + 1, w.output_tokens - 1, lambda: self._token(aid)
             )
             yield st.seq.done
+        decoder.slots.release(slot)
         dgate.decode_ended(decoder.name)
         return self._end(aid)
 
     def _token(self, aid: str) -> None:
         self.state[aid].tokens += 1
+        self.sim.router.token()
         self.notify()
 
     def _end(self, aid: str) -> None:
@@ -180,6 +188,7 @@ class QuestionRun:
             if not gate.try_enter():
                 yield self._changed | gate.device.changed
                 continue
+            self.sim.router.request()
             job = prefill.submit(chunk, critical=False)
             yield job.done
             gate.leave()

@@ -114,9 +114,17 @@ class Sequence:
 
 class DecodeWorker:
     def __init__(
-        self, env: simpy.Environment, name: str, profile: ModelProfile, device: Device
+        self,
+        env: simpy.Environment,
+        name: str,
+        profile: ModelProfile,
+        device: Device,
+        max_running_requests: int = 1 << 20,
     ) -> None:
         self.env, self.name, self.profile, self.device = env, name, profile, device
+        # Requests admitted (running or receiving KV), in arrival order; a request takes one
+        # before its prefill starts and holds it until it ends.
+        self.slots = simpy.Resource(env, capacity=max_running_requests)
         self.running: list[Sequence] = []
         self._arrived = env.event()
         self.steps = 0
