@@ -19,7 +19,7 @@ from simulation.deployment import SimDeployment
 from simulation.device import Device
 from simulation.gate import DeviceGate, PrefillGate
 from simulation.question import QuestionRun
-from simulation.router_load import RouterCosts, RouterLoad
+from simulation.router_load import CPU_SECONDS_PER_TOKEN, RouterCosts, RouterLoad
 from simulation.workers import DecodeWorker, PrefillWorker, Replicas
 from simulation.workload import QuestionWork
 
@@ -76,7 +76,7 @@ class Simulation:
         self.router = RouterLoad(
             self.env,
             self.devices[cpu] if cpu else Device(self.env, "host", 1),
-            router_costs if cpu and router_costs else RouterCosts(),
+            (router_costs or RouterCosts(CPU_SECONDS_PER_TOKEN)) if cpu else RouterCosts(),
         )
         self.replicas: dict[str, Replicas] = {}
         self.gates: dict[str, PrefillGate] = {}
