@@ -59,16 +59,17 @@ class QuestionRun:
         w = self.work.agents[aid]
         q = self.work.qid
         kept = [p for p in w.precursors if p not in self.dropped[aid]]
-        segs = [(f"{w.template_key}|{q}|head", w.pieces[0])]
+        # Keys: a static piece by its text (the head with this question), an output by its agent.
+        segs = [(f"{q}|{w.piece_keys[0]}", w.pieces[0])]
         for pos, p in enumerate(kept):
             st = self.state[p]
             segs.append((f"{q}|out|{p}", st.tokens))
             if not st.ended:
                 return tuple(segs), False
-            piece = w.pieces[pos + 1] if pos < len(kept) - 1 else w.pieces[-1]
-            segs.append((f"{w.template_key}|{q}|{pos + 1}|{len(kept)}", piece))
+            i = pos + 1 if pos < len(kept) - 1 else len(w.pieces) - 1
+            segs.append((w.piece_keys[i], w.pieces[i]))
         if not kept and w.precursors:
-            segs.append((f"{w.template_key}|{q}|tail", w.pieces[-1]))
+            segs.append((w.piece_keys[-1], w.pieces[-1]))
         return tuple(segs), True
 
     # --- running ------------------------------------------------------------------------------
@@ -193,6 +194,7 @@ class QuestionRun:
             yield job.done
             gate.leave()
             warmed = chunk
+            self.state[aid].trace["warmups"] = self.state[aid].trace.get("warmups", 0) + 1
 
     # --- early exit -----------------------------------------------------------------------------
     def _draw_exits(self) -> set[str]:

@@ -12,7 +12,6 @@ import simpy
 
 from simulation.device import Device
 
-
 # The shell router's CPU per relayed token on this 2-core machine: 22.1 s of CPU (utime + stime
 # from /proc/PID/stat) while it relayed ~15,500 tokens of tree_9_3_1_mixed_cpu questions (12
 # question runs at concurrency 1 and 4), about 1.4 ms a token. A resource measurement of the

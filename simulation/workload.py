@@ -25,7 +25,7 @@ class AgentWork:
     precursors: tuple[str, ...]  # slots, in template order
     pieces: tuple[int, ...]  # static tokens: head, each between, tail (len(precursors) + 1)
     output_tokens: int
-    template_key: str  # identity of the static text (prefix caching across agents)
+    piece_keys: tuple[str, ...]  # the static pieces' text (prefix caching across agents)
     killed: bool = False  # early exit cut it (from a trace)
 
 
@@ -70,7 +70,7 @@ def from_config(
             tuple(cfg.precursors(a.id)),
             _split(static, chars),
             cfg.sampling_of(a.id).max_new_tokens or 256,
-            _template_key(cfg, a.id),
+            _piece_keys(cfg, a.id),
         )
     return QuestionWork(qid, cfg.name, cfg.final, agents)
 
@@ -101,12 +101,15 @@ def from_trace(cfg: TopologyConfig, row: ResultRow) -> QuestionWork:
             work.precursors,
             _split(static, chars),
             out,
-            work.template_key,
+            work.piece_keys,
             killed=t.killed,
         )
     return QuestionWork(row.sample_id, cfg.name, cfg.final, agents)
 
 
-def _template_key(cfg: TopologyConfig, agent: str) -> str:
+def _piece_keys(cfg: TopologyConfig, agent: str) -> tuple[str, ...]:
+    """The text of each static piece: agents whose templates begin alike (the aggregators' shared
+    instructions) share those tokens in the radix cache, as far as the text agrees."""
     tpl = cfg.template_of(agent)
-    return f"{tpl.system}\x00{tpl.user}"
+    parts = SLOT_PATTERN.split(tpl.user)[::2]
+    return (f"{tpl.system}\x00{parts[0]}", *parts[1:])

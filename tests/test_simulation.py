@@ -11,6 +11,7 @@ from router.config import TopologyConfig
 from simulation.deployment import SimDeployment, SimWorker, default_deployment
 from simulation.device import Device
 from simulation.engine import Simulation
+from simulation.router_load import RouterCosts
 from simulation.predict import predict_plan
 from simulation.workers import DecodeWorker
 from simulation.workload import from_config
@@ -89,7 +90,7 @@ def test_blocking_and_pipelined_match_hand_computed_times():
     # Pipelined with warm-ups held to the static head (min_chunk_tokens larger than any growth):
     # the final request computes everything but the head.
     piped = run_one(cfg, "pipelined")
-    assert piped.agents["s"].warmups == 0  # the trace row counts the final request's only
+    assert piped.agents["s"].warmups == 1  # the static head only
     assert piped.agents["s"].cached_tokens == w["s"].pieces[0]
     assert piped.e2e_s == pytest.approx(blocking_e2e - B * w["s"].pieces[0])
 
@@ -123,7 +124,8 @@ def test_two_decode_workers_on_one_core_take_twice_as_long():
     def e2e(devices: dict[str, int], placement: dict[str, str]) -> float:
         workers = tuple(SimWorker("m", r, 0, placement[r]) for r in ("prefill", "decode"))
         dep = SimDeployment(workers, devices, "device", {"m": (4096, 2048)}, "test")
-        sim = Simulation([cfg], profile("cpu", 1), dep)
+        # No shell-router CPU here: the two workers alone on the cores.
+        sim = Simulation([cfg], profile("cpu", 1), dep, router_costs=RouterCosts())
         return sim.run([(from_config(cfg), 2, "blocking", False)]).rows[0].e2e_s
 
     alone = e2e({"c0": 1, "c1": 1}, {"prefill": "c0", "decode": "c1"})
@@ -146,8 +148,9 @@ def test_two_decode_workers_on_one_core_take_twice_as_long():
         {"m": (4096, 2048)},
         "test",
     )
-    slow = Simulation([cfg], profile("cpu", 1), dep_shared).run(sim_cfg, concurrency=2)
-    fast = Simulation([cfg], profile("cpu", 1), dep_apart).run(sim_cfg, concurrency=2)
+    quiet = RouterCosts()
+    slow = Simulation([cfg], profile("cpu", 1), dep_shared, router_costs=quiet).run(sim_cfg, 2)
+    fast = Simulation([cfg], profile("cpu", 1), dep_apart, router_costs=quiet).run(sim_cfg, 2)
     assert slow.makespan_s > fast.makespan_s
 
 
