@@ -197,26 +197,32 @@ class QuestionRun:
             self.state[aid].trace["warmups"] = self.state[aid].trace.get("warmups", 0) + 1
 
     # --- early exit -----------------------------------------------------------------------------
-    def _draw_exits(self) -> set[str]:
-        """Agents early exit will cut: the trace's, or per cluster a draw at the exit rate."""
+    def _draw_exits(self) -> tuple[set[str], set[str]]:
+        """(agents the trace says early exit cut, successors whose cluster exits by a draw at the
+        exit rate: once `min_completed` of its precursors completed, the rest are cut)."""
         if not self.early_exit:
-            return set()
+            return set(), set()
         doomed = {a for a, w in self.work.agents.items() if w.killed}
+        exiting = set()
         if self.sim.exit_rate is not None and not doomed:
-            for w in self.work.agents.values():
-                n = self.cfg.early_exit.min_completed
-                if len(w.precursors) > n and self.rng.random() < self.sim.exit_rate:
-                    doomed.update(self.rng.sample(list(w.precursors), len(w.precursors) - n))
-        return doomed
+            n = self.cfg.early_exit.min_completed
+            exiting = {
+                a
+                for a, w in self.work.agents.items()
+                if len(w.precursors) > n and self.rng.random() < self.sim.exit_rate
+            }
+        return doomed, exiting
 
     def _decide_exits(self, completed: str) -> None:
         n = self.cfg.early_exit.min_completed
+        doomed, exiting = self._doomed
         for succ in self.readers[completed]:
             pre = self.work.agents[succ].precursors
             done = [p for p in pre if self.state[p].ended and not self.state[p].killed]
             if len(done) < n:
                 continue
-            cut = [p for p in pre if p in self._doomed and not self.state[p].ended]
+            running = [p for p in pre if not self.state[p].ended]
+            cut = running if succ in exiting else [p for p in running if p in doomed]
             if not cut:
                 continue
             self.dropped[succ].update(cut)
