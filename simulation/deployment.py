@@ -18,6 +18,9 @@ DEFAULT_CHUNKED_PREFILL_SIZE = 2048
 # before their prefill even starts (the prefill side waits for decode's bootstrap). The reference
 # engine's default; real SGLang sizes it from memory, so there it is left unbounded.
 DEFAULT_MAX_RUNNING_REQUESTS = {"torch": 16, "sglang": 1 << 20}
+# What two busy workers on two cores of this machine cost each other beyond the core count (see
+# simulation/device.py); 0 until measured.
+CPU_CO_RUN_SLOWDOWN = 0.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +44,7 @@ class SimDeployment:
     prefill_args: dict[str, tuple[int, int]]  # model -> (max_prefill_tokens, chunked size)
     description: str
     decode_slots: dict[str, int] = field(default_factory=dict)  # model -> max_running_requests
+    co_run_slowdown: float = 0.0  # CPU devices: see simulation/device.py
 
 
 def merged_models(configs: list[TopologyConfig]) -> dict:
@@ -105,6 +109,7 @@ def default_deployment(configs: list[TopologyConfig], profile: Profile) -> SimDe
         _prefill_args(configs, profile.backend),
         f"config default: {len(workers)} workers, {where}",
         _decode_slots(configs, profile.backend),
+        CPU_CO_RUN_SLOWDOWN if profile.device.kind == "cpu" else 0.0,
     )
 
 
@@ -139,4 +144,5 @@ def from_plan(
         _prefill_args(configs, profile.backend),
         f"plan ({plan.mode}): {len(workers)} workers on {len(devices)} devices",
         _decode_slots(configs, profile.backend),
+        CPU_CO_RUN_SLOWDOWN if profile.device.kind == "cpu" else 0.0,
     )

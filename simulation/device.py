@@ -3,7 +3,10 @@ the device's `slots` while it computes (a core on a CPU: every worker process ru
 with more busy workers than slots every one of them runs at slots / busy of its speed. A GPU is
 modelled the same way with one slot: the kernels of workers sharing it time-slice, so two busy
 workers each take twice as long (pessimistic for small decode batches, which leave the GPU idle
-part of the time; no MPS or overlap is modelled).
+part of the time; no MPS or overlap is modelled). `co_run_slowdown` is what co-running costs
+beyond the slot count: k busy workers on a device of n > 1 slots also run at 1 / (1 + β·(min(k,
+n) - 1)) of their speed (shared caches and memory bandwidth, or SMT siblings under a VM's
+vCPUs); β = 0 is perfect scaling.
 """
 
 from __future__ import annotations
@@ -12,10 +15,13 @@ import simpy
 
 
 class Device:
-    def __init__(self, env: simpy.Environment, name: str, slots: int) -> None:
+    def __init__(
+        self, env: simpy.Environment, name: str, slots: int, co_run_slowdown: float = 0.0
+    ) -> None:
         if slots < 1:
             raise ValueError(f"device '{name}' has {slots} slots; it needs at least 1")
         self.env, self.name, self.slots = env, name, slots
+        self.co_run_slowdown = co_run_slowdown
         self._busy: dict[str, int] = {}  # worker -> computations running
         self._changed = env.event()
         self.busy_seconds = 0.0  # worker-seconds of computation at any speed (utilisation)
@@ -26,7 +32,10 @@ class Device:
 
     def speed(self) -> float:
         """Fraction of full speed each busy worker computes at now."""
-        return min(1.0, self.slots / max(1, len(self._busy)))
+        busy = max(1, len(self._busy))
+        return min(1.0, self.slots / busy) / (
+            1 + self.co_run_slowdown * (min(busy, self.slots) - 1)
+        )
 
     def compute(self, worker: str, seconds: float):
         """simpy process body: `seconds` of `worker`'s work at full speed, slowed while the

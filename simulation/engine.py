@@ -67,7 +67,10 @@ class Simulation:
         self.configs = {c.name: c for c in configs}
         self.profile, self.deployment, self.exit_rate = profile, deployment, exit_rate
         self.seed = seed
-        self.devices = {d: Device(self.env, d, s) for d, s in deployment.devices.items()}
+        self.devices = {
+            d: Device(self.env, d, s, 0.0 if "gpu" in d else deployment.co_run_slowdown)
+            for d, s in deployment.devices.items()
+        }
         dev_gates = {
             d: DeviceGate(self.env, s, deployment.gate_scope) for d, s in deployment.devices.items()
         }

@@ -11,8 +11,8 @@ from router.config import TopologyConfig
 from simulation.deployment import SimDeployment, SimWorker, default_deployment
 from simulation.device import Device
 from simulation.engine import Simulation
-from simulation.router_load import RouterCosts
 from simulation.predict import predict_plan
+from simulation.router_load import RouterCosts
 from simulation.workers import DecodeWorker
 from simulation.workload import from_config
 
@@ -162,3 +162,30 @@ def test_predict_plan_default_deployment_and_errors():
     assert pred.throughput_qps > 0
     with pytest.raises(ValueError, match="dense-config"):
         predict_plan(None, [cfg], profile(), concurrency=1, setting=1)
+
+
+def test_early_exit_cuts_the_slowest_precursor_once_min_completed_completed():
+    cfg = TopologyConfig.model_validate(
+        {
+            "name": "three_leaf",
+            "models": {"m": {"model_path": "smollm2-135m"}},
+            "templates": {
+                "l": {"user": "{question}"},
+                "agg": {"user": "{question} <|answer:a|> <|answer:b|> <|answer:c|>"},
+            },
+            "agents": [
+                {"id": i, "model": "m", "template": "l", "sampling": {"max_new_tokens": n}}
+                for i, n in (("a", 10), ("b", 20), ("c", 200))
+            ]
+            + [{"id": "s", "model": "m", "template": "agg", "sampling": {"max_new_tokens": 5}}],
+            "early_exit": {"enabled": True, "min_completed": 2},
+        }
+    )
+    dep = default_deployment([cfg], profile())
+    q = from_config(cfg)
+    full = Simulation([cfg], profile(), dep).run([(q, 3, "pipelined", False)]).rows[0]
+    cut = Simulation([cfg], profile(), dep, exit_rate=1.0).run([(q, 4, "pipelined", True)]).rows[0]
+    assert cut.agents["c"].killed and cut.agents["s"].slot_order == ["a", "b"]
+    # c is cut when b completes; s then needs only a and b.
+    assert cut.agents["c"].end_s == pytest.approx(cut.agents["b"].end_s)
+    assert cut.e2e_s < full.e2e_s - 100 * DA
