@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import simpy
 
+from simulation.signal import Signal
+
 
 class Device:
     def __init__(
@@ -23,7 +25,7 @@ class Device:
         self.env, self.name, self.slots = env, name, slots
         self.co_run_slowdown = co_run_slowdown
         self._busy: dict[str, int] = {}  # worker -> computations running
-        self._changed = env.event()
+        self._changed = Signal(env)
         self.busy_seconds = 0.0  # worker-seconds of computation at any speed (utilisation)
 
     @property
@@ -45,7 +47,7 @@ class Device:
         remaining = seconds
         try:
             while remaining > 1e-12:
-                rate, t0, changed = self.speed(), self.env.now, self._changed
+                rate, t0, changed = self.speed(), self.env.now, self._changed.wait()
                 yield self.env.timeout(remaining / rate) | changed
                 remaining -= (self.env.now - t0) * rate
         finally:
@@ -57,5 +59,4 @@ class Device:
 
     def _kick(self) -> None:
         """Every running computation re-reads its speed."""
-        changed, self._changed = self._changed, self.env.event()
-        changed.succeed()
+        self._changed.fire()

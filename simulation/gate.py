@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import simpy
 
+from simulation.signal import Signal
+
 
 class DeviceGate:
     """The router's view of one shared device: which workers are busy."""
@@ -16,7 +18,7 @@ class DeviceGate:
         self.env, self.slots, self.scope = env, slots, scope
         self.streams: dict[str, int] = {}  # decode worker -> open decode streams
         self.gates: list[PrefillGate] = []
-        self.changed = env.event()
+        self.changed = Signal(env)
 
     def busy(self) -> set[str]:
         out = {w for w, n in self.streams.items() if n > 0}
@@ -35,8 +37,7 @@ class DeviceGate:
         self.notify()
 
     def notify(self) -> None:
-        changed, self.changed = self.changed, self.env.event()
-        changed.succeed()
+        self.changed.fire()
 
 
 class PrefillGate:

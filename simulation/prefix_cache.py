@@ -28,20 +28,27 @@ def common_prefix(a: Prompt, b: Prompt) -> int:
 
 
 class RadixCache:
-    """The prompts one prefill worker has computed (each a path of the radix tree)."""
+    """The prompts one prefill worker has computed (each a path of the radix tree), indexed by
+    their first segment: prompts that begin differently share nothing."""
 
     def __init__(self) -> None:
-        self._paths: list[Prompt] = []
+        self._paths: dict[str, list[Prompt]] = {}
 
     def cached(self, prompt: Prompt) -> int:
-        return max((common_prefix(prompt, p) for p in self._paths), default=0)
+        if not prompt:
+            return 0
+        paths = self._paths.get(prompt[0][0], ())
+        return max((common_prefix(prompt, p) for p in paths), default=0)
 
     def insert(self, prompt: Prompt) -> None:
+        if not prompt:
+            return
         n = length(prompt)
+        paths = self._paths.setdefault(prompt[0][0], [])
         # A path that is a prefix of the new one adds nothing: drop it (keeps lookups short).
-        self._paths = [p for p in self._paths if common_prefix(p, prompt) < length(p)]
-        if all(common_prefix(prompt, p) < n for p in self._paths):
-            self._paths.append(prompt)
+        paths[:] = [p for p in paths if common_prefix(p, prompt) < length(p)]
+        if all(common_prefix(prompt, p) < n for p in paths):
+            paths.append(prompt)
 
     def flush(self) -> None:
         self._paths.clear()

@@ -17,6 +17,7 @@ import simpy
 
 from experiments.results import AgentTrace
 from simulation.prefix_cache import Prompt, common_prefix, length
+from simulation.signal import Signal
 from simulation.workload import QuestionWork
 
 
@@ -46,13 +47,23 @@ class QuestionRun:
         for a, w in work.agents.items():
             for p in w.precursors:
                 self.readers[p].append(a)
-        self._changed = self.env.event()
+        # Per agent: `tokens` fires when a precursor of it streams, ends or is dropped (its
+        # prompt may grow); `ends` only when one ends or is dropped; `any_end` at every end.
+        self._tokens = {a: Signal(self.env) for a in work.agents}
+        self._ends = {a: Signal(self.env) for a in work.agents}
+        self._any_end = Signal(self.env)
         self._doomed = self._draw_exits()
 
     # --- the answer cache's view ------------------------------------------------------------
-    def notify(self) -> None:
-        changed, self._changed = self._changed, self.env.event()
-        changed.succeed()
+    def _streamed(self, aid: str) -> None:
+        for r in self.readers[aid]:
+            self._tokens[r].fire()
+
+    def _ended_signal(self, aid: str) -> None:
+        for r in self.readers[aid]:
+            self._tokens[r].fire()
+            self._ends[r].fire()
+        self._any_end.fire()
 
     def prompt(self, aid: str) -> tuple[Prompt, bool]:
         """The longest prefix of `aid`'s prompt known now, and whether it is complete."""
@@ -93,9 +104,9 @@ class QuestionRun:
     def _ended(self, agents) -> bool:
         return all(self.state[p].ended for p in agents)
 
-    def _wait_until(self, cond):
+    def _wait_until(self, cond, signal: Signal):
         while not cond():
-            yield self._changed
+            yield signal.wait()
 
     def _agent(self, aid: str):
         w = self.work.agents[aid]
@@ -110,10 +121,10 @@ class QuestionRun:
                 yield from self._warm(aid, prefill, gate)
             elif self.mode == "blocking_layer":
                 earlier = [a for a, x in self.work.agents.items() if x.layer < w.layer]
-                yield from self._wait_until(lambda: self._ended(earlier))
+                yield from self._wait_until(lambda: self._ended(earlier), self._any_end)
             else:
-                yield from self._wait_until(lambda: self._ended(w.precursors))
-            yield from self._wait_until(lambda: self.prompt(aid)[1])
+                yield from self._wait_until(lambda: self._ended(w.precursors), self._ends[aid])
+            yield from self._wait_until(lambda: self.prompt(aid)[1], self._ends[aid])
         if st.killed:
             return self._end(aid)
         prompt, _ = self.prompt(aid)
@@ -141,7 +152,7 @@ class QuestionRun:
         if not st.killed:
             st.trace["first_token_s"] = self._now()
             st.tokens = 1
-            self.notify()
+            self._streamed(aid)
             st.decoder = decoder
             st.seq = decoder.start(
                 length(prompt) + 1, w.output_tokens - 1, lambda: self._token(aid)
@@ -154,13 +165,13 @@ class QuestionRun:
     def _token(self, aid: str) -> None:
         self.state[aid].tokens += 1
         self.sim.router.token()
-        self.notify()
+        self._streamed(aid)
 
     def _end(self, aid: str) -> None:
         st = self.state[aid]
         st.ended = True
         st.trace["end_s"] = self._now()
-        self.notify()
+        self._ended_signal(aid)
         if not st.killed and self.early_exit:
             self._decide_exits(aid)
 
@@ -184,10 +195,10 @@ class QuestionRun:
                 )
                 chunk = ready if new >= step and new > 0 else None
             if chunk is None:
-                yield self._changed
+                yield self._tokens[aid].wait()
                 continue
             if not gate.try_enter():
-                yield self._changed | gate.device.changed
+                yield self._tokens[aid].wait() | gate.device.changed.wait()
                 continue
             self.sim.router.request()
             job = prefill.submit(chunk, critical=False)
@@ -229,7 +240,8 @@ class QuestionRun:
             for p in cut:
                 if all(p in self.dropped[r] for r in self.readers[p]):
                     self._kill(p)
-            self.notify()
+            self._tokens[succ].fire()
+            self._ends[succ].fire()
 
     def _kill(self, aid: str) -> None:
         st = self.state[aid]
