@@ -145,10 +145,12 @@ class QuestionRun:
             job = prefill.submit(prompt, critical=True)
             yield job.done
             st.trace["prompt_tokens"], st.trace["cached_tokens"] = length(prompt), job.cached
-        for g in holds:
-            g.release()
         if not st.killed:
             yield self.env.timeout(self.sim.profile.models[w.model].pd_fixed_seconds)
+        # The router learns the prefill is over from the first token (a leaf) or the prefill
+        # worker's reply, which comes once the KV was sent (a successor): after the PD hop.
+        for g in holds:
+            g.release()
         if not st.killed:
             st.trace["first_token_s"] = self._now()
             st.tokens = 1
