@@ -87,12 +87,14 @@ def test_blocking_and_pipelined_match_hand_computed_times():
     assert row.agents["b"].end_s == pytest.approx(end_b)
     assert row.e2e_s == pytest.approx(blocking_e2e)
 
-    # Pipelined with warm-ups held to the static head (min_chunk_tokens larger than any growth):
-    # the final request computes everything but the head.
+    # Pipelined with warm-ups held to the first one (min_chunk_tokens larger than any growth):
+    # it goes out when the leaves' prefill holds end (their first tokens), carrying the static
+    # head and a's first token; the final request computes everything else.
     piped = run_one(cfg, "pipelined")
-    assert piped.agents["s"].warmups == 1  # the static head only
-    assert piped.agents["s"].cached_tokens == w["s"].pieces[0]
-    assert piped.e2e_s == pytest.approx(blocking_e2e - B * w["s"].pieces[0])
+    assert piped.agents["s"].warmups == 1
+    warmed = w["s"].pieces[0] + 1
+    assert piped.agents["s"].cached_tokens == warmed
+    assert piped.e2e_s == pytest.approx(blocking_e2e - B * warmed)
 
     # Small chunks: warm-ups follow the leaves' tokens, and only the last bits stay exposed.
     eager = run_one(tree(min_chunk=2), "pipelined")
