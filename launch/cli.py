@@ -75,6 +75,7 @@ def _add_optional_commands(sub) -> None:
         "launch.dummy_model_cmd",
         "planning.commands",
         "profiling.commands",
+        "simulation.command",
     )
     for module in (*modules, "experiments.commands"):
         try:

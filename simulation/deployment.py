@@ -1,0 +1,148 @@
+"""Which simulated workers exist, on which shared device, with which share of their model's
+requests: from a DeploymentPlan, or the config's default deployment (`workers.prefill` +
+`workers.decode` per model; on a CPU profile every worker shares the machine's cores, as
+`moa-pd up` leaves them unpinned; on a GPU profile one GPU per worker)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planning.plan_file import DeploymentPlan
+from profiling.profile_file import Profile
+from router.config import TopologyConfig
+
+# The reference engine's defaults (sglang_ext/server_args.py) where a config sets none.
+DEFAULT_MAX_PREFILL_TOKENS = 4096
+DEFAULT_CHUNKED_PREFILL_SIZE = 2048
+# A decode worker admits this many requests at once (running + receiving KV); the rest wait
+# before their prefill even starts (the prefill side waits for decode's bootstrap). The reference
+# engine's default; real SGLang sizes it from memory, so there it is left unbounded.
+DEFAULT_MAX_RUNNING_REQUESTS = {"torch": 16, "sglang": 1 << 20}
+# What two busy workers on two cores of this machine cost each other beyond the core count (see
+# simulation/device.py); 0 until measured.
+CPU_CO_RUN_SLOWDOWN = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SimWorker:
+    model: str
+    role: str  # "prefill" | "decode"
+    replica: int
+    device: str
+    share: float = 1.0
+
+    @property
+    def name(self) -> str:
+        return f"{self.model}.{self.role}{self.replica}"
+
+
+@dataclass(frozen=True, slots=True)
+class SimDeployment:
+    workers: tuple[SimWorker, ...]
+    devices: dict[str, int]  # device -> slots (cores on a CPU, 1 per GPU)
+    gate_scope: str  # the router's warm-up gate: "device" (CPU default) or "worker" (GPUs)
+    prefill_args: dict[str, tuple[int, int]]  # model -> (max_prefill_tokens, chunked size)
+    description: str
+    decode_slots: dict[str, int] = field(default_factory=dict)  # model -> max_running_requests
+    co_run_slowdown: float = 0.0  # CPU devices: see simulation/device.py
+
+
+def merged_models(configs: list[TopologyConfig]) -> dict:
+    models = {}
+    for cfg in configs:
+        for name, spec in cfg.models.items():
+            models.setdefault(name, spec)
+    return models
+
+
+def _prefill_args(configs: list[TopologyConfig], backend: str) -> dict[str, tuple[int, int]]:
+    out = {}
+    for name, spec in merged_models(configs).items():
+        args = spec.server_args.get(backend, {})
+        out[name] = (
+            int(args.get("max_prefill_tokens", DEFAULT_MAX_PREFILL_TOKENS)),
+            int(args.get("chunked_prefill_size", DEFAULT_CHUNKED_PREFILL_SIZE)),
+        )
+    return out
+
+
+def _decode_slots(configs: list[TopologyConfig], backend: str) -> dict[str, int]:
+    return {
+        name: int(
+            spec.server_args.get(backend, {}).get(
+                "max_running_requests", DEFAULT_MAX_RUNNING_REQUESTS[backend]
+            )
+        )
+        for name, spec in merged_models(configs).items()
+    }
+
+
+def _check_profiled(models, profile: Profile) -> None:
+    missing = sorted(set(models) - set(profile.models))
+    if missing:
+        raise ValueError(
+            f"the profile has no costs for model(s) {', '.join(missing)} (it has "
+            f"{', '.join(sorted(profile.models))}); run `moa-pd profile` on these configs"
+        )
+
+
+def default_deployment(configs: list[TopologyConfig], profile: Profile) -> SimDeployment:
+    models = merged_models(configs)
+    _check_profiled(models, profile)
+    workers = []
+    for name, spec in models.items():
+        for role, count in (("prefill", spec.workers.prefill), ("decode", spec.workers.decode)):
+            workers += [SimWorker(name, role, r, "", 1.0 / count) for r in range(count)]
+    if profile.device.kind == "cpu":
+        cores = profile.device.cores or profile.device.count
+        workers = [SimWorker(w.model, w.role, w.replica, "cpu", w.share) for w in workers]
+        devices, scope, where = {"cpu": cores}, "device", f"all workers on {cores} shared cores"
+    else:
+        workers = [
+            SimWorker(w.model, w.role, w.replica, f"gpu{i}", w.share) for i, w in enumerate(workers)
+        ]
+        devices, scope, where = {w.device: 1 for w in workers}, "worker", "one GPU per worker"
+    return SimDeployment(
+        tuple(workers),
+        devices,
+        scope,
+        _prefill_args(configs, profile.backend),
+        f"config default: {len(workers)} workers, {where}",
+        _decode_slots(configs, profile.backend),
+        CPU_CO_RUN_SLOWDOWN if profile.device.kind == "cpu" else 0.0,
+    )
+
+
+def from_plan(
+    plan: DeploymentPlan, configs: list[TopologyConfig], profile: Profile
+) -> SimDeployment:
+    _check_profiled({w.model for w in plan.workers}, profile)
+    workers, devices = [], {}
+    for w in plan.workers:
+        if w.gpus:
+            # Workers on the same GPU(s) time-share them; a TP group counts as one device.
+            dev, slots = f"{w.node}:gpu{','.join(map(str, w.gpus))}", 1
+        elif w.cpus:
+            dev, slots = f"{w.node}:cpu{','.join(map(str, w.cpus))}", len(w.cpus)
+        else:
+            dev, slots = f"{w.node}:cpu", profile.device.cores or profile.device.count
+        devices[dev] = slots
+        workers.append(SimWorker(w.model, w.role, w.replica, dev, w.share))
+    roles = {(w.model, w.role) for w in workers}
+    for name in merged_models(configs):
+        for role in ("prefill", "decode"):
+            if (name, role) not in roles:
+                raise ValueError(
+                    f"the plan has no {role} worker for model '{name}' of the configs; "
+                    "plan again with these configs"
+                )
+    scope = "worker" if any(w.gpus for w in plan.workers) else "device"
+    return SimDeployment(
+        tuple(workers),
+        devices,
+        scope,
+        _prefill_args(configs, profile.backend),
+        f"plan ({plan.mode}): {len(workers)} workers on {len(devices)} devices",
+        _decode_slots(configs, profile.backend),
+        CPU_CO_RUN_SLOWDOWN if profile.device.kind == "cpu" else 0.0,
+    )

@@ -1,0 +1,69 @@
+"""The router's warm-up admission, as router/prefill_gate.py and router/compute_device.py do it:
+a warm-up enters a prefill worker only while no critical prefill is outstanding there, at most
+`max_warmups_in_flight` at a time, and (device scope) only if its worker then fits in the
+device's slots beside every busy worker (a worker with open decode streams, a critical hold or a
+warm-up in flight)."""
+
+from __future__ import annotations
+
+import simpy
+
+from simulation.signal import Signal
+
+
+class DeviceGate:
+    """The router's view of one shared device: which workers are busy."""
+
+    def __init__(self, env: simpy.Environment, slots: int, scope: str = "device") -> None:
+        self.env, self.slots, self.scope = env, slots, scope
+        self.streams: dict[str, int] = {}  # decode worker -> open decode streams
+        self.gates: list[PrefillGate] = []
+        self.changed = Signal(env)
+
+    def busy(self) -> set[str]:
+        out = {w for w, n in self.streams.items() if n > 0}
+        out.update(g.worker for g in self.gates if g.critical or g.warmups)
+        return out
+
+    def admits(self, worker: str) -> bool:
+        return self.scope != "device" or len(self.busy() | {worker}) <= self.slots
+
+    def decode_started(self, worker: str) -> None:
+        self.streams[worker] = self.streams.get(worker, 0) + 1
+        self.notify()
+
+    def decode_ended(self, worker: str) -> None:
+        self.streams[worker] -= 1
+        self.notify()
+
+    def notify(self) -> None:
+        self.changed.fire()
+
+
+class PrefillGate:
+    def __init__(self, worker: str, device: DeviceGate, max_warmups_in_flight: int = 1) -> None:
+        self.worker, self.device, self.max_warmups = worker, device, max_warmups_in_flight
+        self.critical = 0
+        self.warmups = 0
+        device.gates.append(self)
+
+    def try_enter(self) -> bool:
+        if self.critical or self.warmups >= self.max_warmups:
+            return False
+        if not self.device.admits(self.worker):
+            return False
+        self.warmups += 1
+        self.device.notify()
+        return True
+
+    def leave(self) -> None:
+        self.warmups -= 1
+        self.device.notify()
+
+    def hold(self) -> None:
+        self.critical += 1
+        self.device.notify()
+
+    def release(self) -> None:
+        self.critical -= 1
+        self.device.notify()

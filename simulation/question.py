@@ -1,0 +1,252 @@
+"""One question's agent graph in the simulator, as router/orchestrator.py, agent_runner.py and
+incremental.py run it: every agent's output streams token by token; a successor is sent whole
+once its precursors ended (blocking), once every agent of the layers before its own ended
+(blocking_layer), or warmed as its prompt grows and then sent for the uncached tail (pipelined:
+the static prefix first, then, one warm-up at a time and only through the worker's gate, all
+that arrived meanwhile once it is at least `min_chunk_tokens`). Each request: a critical prefill
+on the agent's prefill worker, the PD path's fixed cost, then decoding on its decode worker.
+Early exit: agents the trace marks killed (or that an exit rate draws) are cut once
+`min_completed` of their successor's precursors completed; their slot leaves the prompt."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import simpy
+
+from experiments.results import AgentTrace
+from simulation.prefix_cache import Prompt, common_prefix, length
+from simulation.signal import Signal
+from simulation.workload import QuestionWork
+
+
+@dataclass
+class AgentState:
+    tokens: int = 0
+    ended: bool = False
+    killed: bool = False
+    started: bool = False  # its final request went out
+    trace: dict = field(default_factory=dict)
+    seq: object = None  # its decode Sequence, once decoding
+    decoder: object = None
+
+
+class QuestionRun:
+    def __init__(
+        self, sim, work: QuestionWork, mode: str, early_exit: bool, rng: random.Random
+    ) -> None:
+        self.sim, self.env, self.work, self.mode = sim, sim.env, work, mode
+        self.cfg = sim.configs[work.config]
+        self.early_exit = early_exit and (self.cfg.early_exit.enabled or sim.exit_rate is not None)
+        self.rng = rng
+        self.t0 = self.env.now
+        self.state = {a: AgentState() for a in work.agents}
+        self.dropped: dict[str, set[str]] = {a: set() for a in work.agents}
+        self.readers: dict[str, list[str]] = {a: [] for a in work.agents}
+        for a, w in work.agents.items():
+            for p in w.precursors:
+                self.readers[p].append(a)
+        # Per agent: `tokens` fires when a precursor of it streams, ends or is dropped (its
+        # prompt may grow); `ends` only when one ends or is dropped; `any_end` at every end.
+        self._tokens = {a: Signal(self.env) for a in work.agents}
+        self._ends = {a: Signal(self.env) for a in work.agents}
+        self._any_end = Signal(self.env)
+        self._doomed = self._draw_exits()
+
+    # --- the answer cache's view ------------------------------------------------------------
+    def _streamed(self, aid: str) -> None:
+        for r in self.readers[aid]:
+            self._tokens[r].fire()
+
+    def _ended_signal(self, aid: str) -> None:
+        for r in self.readers[aid]:
+            self._tokens[r].fire()
+            self._ends[r].fire()
+        self._any_end.fire()
+
+    def prompt(self, aid: str) -> tuple[Prompt, bool]:
+        """The longest prefix of `aid`'s prompt known now, and whether it is complete."""
+        w = self.work.agents[aid]
+        q = self.work.qid
+        kept = [p for p in w.precursors if p not in self.dropped[aid]]
+        # Keys: a static piece by its text (the head with this question), an output by its agent.
+        segs = [(f"{q}|{w.piece_keys[0]}", w.pieces[0])]
+        for pos, p in enumerate(kept):
+            st = self.state[p]
+            segs.append((f"{q}|out|{p}", st.tokens))
+            if not st.ended:
+                return tuple(segs), False
+            i = pos + 1 if pos < len(kept) - 1 else len(w.pieces) - 1
+            segs.append((w.piece_keys[i], w.pieces[i]))
+        if not kept and w.precursors:
+            segs.append((w.piece_keys[-1], w.pieces[-1]))
+        return tuple(segs), True
+
+    # --- running ------------------------------------------------------------------------------
+    def run(self):
+        """simpy process: the whole question; returns the rows' agents and e2e."""
+        procs = [self.env.process(self._agent(a)) for a in self.work.agents]
+        yield simpy.AllOf(self.env, procs)
+        e2e = self.state[self.work.final].trace["end_s"]
+        agents = {}
+        for a, w in self.work.agents.items():
+            st = self.state[a]
+            kept = [p for p in w.precursors if p not in self.dropped[a]]
+            agents[a] = AgentTrace(
+                model=w.model, layer=w.layer, slot_order=kept, killed=st.killed, **st.trace
+            )
+        return agents, e2e
+
+    def _now(self) -> float:
+        return self.env.now - self.t0
+
+    def _ended(self, agents) -> bool:
+        return all(self.state[p].ended for p in agents)
+
+    def _wait_until(self, cond, signal: Signal):
+        while not cond():
+            yield signal.wait()
+
+    def _agent(self, aid: str):
+        w = self.work.agents[aid]
+        st = self.state[aid]
+        st.trace["start_s"] = self._now()
+        rep = self.sim.replicas[w.model]
+        pi, di = rep.pick("prefill"), rep.pick("decode")
+        prefill, decoder = rep.prefill[pi], rep.decode[di]
+        gate = self.sim.gates[prefill.name]
+        if w.precursors:
+            if self.mode == "pipelined" and self.cfg.incremental_prefill.enabled:
+                yield from self._warm(aid, prefill, gate)
+            elif self.mode == "blocking_layer":
+                earlier = [a for a, x in self.work.agents.items() if x.layer < w.layer]
+                yield from self._wait_until(lambda: self._ended(earlier), self._any_end)
+            else:
+                yield from self._wait_until(lambda: self._ended(w.precursors), self._ends[aid])
+            yield from self._wait_until(lambda: self.prompt(aid)[1], self._ends[aid])
+        if st.killed:
+            return self._end(aid)
+        prompt, _ = self.prompt(aid)
+        st.started = True
+        st.trace["final_request_s"] = self._now()
+        dgate = self.sim.device_gates[decoder.name]
+        dgate.decode_started(decoder.name)
+        # A leaf goes through the model's native router: it holds every prefill gate of the
+        # model until its prefill is over (router/pd.py `via_router`); a successor its target's.
+        holds = [self.sim.gates[p.name] for p in rep.prefill] if not w.precursors else [gate]
+        for g in holds:
+            g.hold()
+        self.sim.router.request()
+        # The prefill starts only once the decode worker admitted the request (PD bootstrap).
+        slot = decoder.slots.request()
+        yield slot
+        if not st.killed:  # an aborted request leaves the queue
+            job = prefill.submit(prompt, critical=True)
+            yield job.done
+            st.trace["prompt_tokens"], st.trace["cached_tokens"] = length(prompt), job.cached
+        if not st.killed:
+            yield self.env.timeout(self.sim.profile.models[w.model].pd_fixed_seconds)
+        # The router learns the prefill is over from the first token (a leaf) or the prefill
+        # worker's reply, which comes once the KV was sent (a successor): after the PD hop.
+        for g in holds:
+            g.release()
+        if not st.killed:
+            st.trace["first_token_s"] = self._now()
+            st.tokens = 1
+            self._streamed(aid)
+            st.decoder = decoder
+            st.seq = decoder.start(
+                length(prompt) + 1, w.output_tokens - 1, lambda: self._token(aid)
+            )
+            yield st.seq.done
+        decoder.slots.release(slot)
+        dgate.decode_ended(decoder.name)
+        return self._end(aid)
+
+    def _token(self, aid: str) -> None:
+        self.state[aid].tokens += 1
+        self.sim.router.token()
+        self._streamed(aid)
+
+    def _end(self, aid: str) -> None:
+        st = self.state[aid]
+        st.ended = True
+        st.trace["end_s"] = self._now()
+        self._ended_signal(aid)
+        if not st.killed and self.early_exit:
+            self._decide_exits(aid)
+
+    def _warm(self, aid: str, prefill, gate):
+        """router/incremental.py's WarmupLoop (adaptive or fixed chunks) until the prompt is
+        complete."""
+        policy = self.cfg.incremental_prefill
+        warmed: Prompt | None = None
+        while True:
+            ready, complete = self.prompt(aid)
+            if complete:
+                return
+            if warmed is None:
+                chunk = ready
+            else:
+                new = length(ready) - common_prefix(warmed, ready)
+                step = (
+                    policy.min_chunk_tokens
+                    if policy.chunk_policy == "adaptive"
+                    else (policy.chunk_tokens)
+                )
+                chunk = ready if new >= step and new > 0 else None
+            if chunk is None:
+                yield self._tokens[aid].wait()
+                continue
+            if not gate.try_enter():
+                yield self._tokens[aid].wait() | gate.device.changed.wait()
+                continue
+            self.sim.router.request()
+            job = prefill.submit(chunk, critical=False)
+            yield job.done
+            gate.leave()
+            warmed = chunk
+            self.state[aid].trace["warmups"] = self.state[aid].trace.get("warmups", 0) + 1
+
+    # --- early exit -----------------------------------------------------------------------------
+    def _draw_exits(self) -> tuple[set[str], set[str]]:
+        """(agents the trace says early exit cut, successors whose cluster exits by a draw at the
+        exit rate: once `min_completed` of its precursors completed, the rest are cut)."""
+        if not self.early_exit:
+            return set(), set()
+        doomed = {a for a, w in self.work.agents.items() if w.killed}
+        exiting = set()
+        if self.sim.exit_rate is not None and not doomed:
+            n = self.cfg.early_exit.min_completed
+            exiting = {
+                a
+                for a, w in self.work.agents.items()
+                if len(w.precursors) > n and self.rng.random() < self.sim.exit_rate
+            }
+        return doomed, exiting
+
+    def _decide_exits(self, completed: str) -> None:
+        n = self.cfg.early_exit.min_completed
+        doomed, exiting = self._doomed
+        for succ in self.readers[completed]:
+            pre = self.work.agents[succ].precursors
+            done = [p for p in pre if self.state[p].ended and not self.state[p].killed]
+            if len(done) < n:
+                continue
+            running = [p for p in pre if not self.state[p].ended]
+            cut = running if succ in exiting else [p for p in running if p in doomed]
+            if not cut:
+                continue
+            self.dropped[succ].update(cut)
+            for p in cut:
+                if all(p in self.dropped[r] for r in self.readers[p]):
+                    self._kill(p)
+            self._tokens[succ].fire()
+            self._ends[succ].fire()
+
+    def _kill(self, aid: str) -> None:
+        st = self.state[aid]
+        st.killed = True
+        if st.seq is not None:
+            st.decoder.cancel(st.seq)

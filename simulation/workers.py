@@ -1,0 +1,191 @@
+"""The simulated workers of one model: a prefill worker (the reference scheduler's batching: a
+prefill in progress goes on first, then waiting requests in queue order, up to
+`max_prefill_tokens` per forward and `chunked_prefill_size` per request; critical requests
+before warm-ups when priority scheduling is on) and a decode worker (continuous batching: every
+step advances each running sequence by one token, newcomers join at the next step, a step costs
+the profile's time at the current batch and mean context). Both compute on a shared Device."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import simpy
+
+from profiling.profile_file import ModelProfile
+from simulation.device import Device
+from simulation.prefix_cache import Prompt, RadixCache, length
+
+
+@dataclass(eq=False)
+class PrefillJob:
+    prompt: Prompt
+    critical: bool
+    done: simpy.Event
+    seq: int = 0
+    cached: int | None = None  # set when the job is admitted to a batch
+    computed: int = 0
+    queued_s: float = 0.0  # time in the waiting queue (queueing in the breakdown)
+
+
+class PrefillWorker:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        name: str,
+        profile: ModelProfile,
+        device: Device,
+        max_prefill_tokens: int = 4096,
+        chunked_prefill_size: int = 2048,
+        priority_scheduling: bool = False,
+    ) -> None:
+        self.env, self.name, self.profile, self.device = env, name, profile, device
+        self.budget, self.chunk = max_prefill_tokens, chunked_prefill_size
+        self.priority = priority_scheduling
+        self.cache = RadixCache()
+        self.waiting: list[PrefillJob] = []
+        self.started: list[PrefillJob] = []
+        self._arrived = env.event()
+        self._seq = 0
+        env.process(self._loop())
+
+    def submit(self, prompt: Prompt, critical: bool) -> PrefillJob:
+        """Queue a prefill; its `done` event fires once its whole prompt is computed."""
+        self._seq += 1
+        job = PrefillJob(prompt, critical, self.env.event(), self._seq, queued_s=self.env.now)
+        self.waiting.append(job)
+        if not self._arrived.triggered:
+            self._arrived.succeed()
+        return job
+
+    def _batch(self) -> list[tuple[PrefillJob, int]]:
+        budget, batch = self.budget, []
+        for job in self.started:
+            if budget <= 0:
+                break
+            n = min(length(job.prompt) - job.computed, budget, self.chunk)
+            batch.append((job, n))
+            budget -= n
+        if self.priority:
+            self.waiting.sort(key=lambda j: (not j.critical, j.seq))
+        while budget > 0 and self.waiting:
+            job = self.waiting.pop(0)
+            # SGLang computes at least the last token even of a fully cached prompt.
+            job.cached = min(self.cache.cached(job.prompt), length(job.prompt) - 1)
+            job.computed = job.cached
+            job.queued_s = self.env.now - job.queued_s
+            self.started.append(job)
+            n = min(length(job.prompt) - job.computed, budget, self.chunk)
+            batch.append((job, n))
+            budget -= n
+        return batch
+
+    def forward_seconds(self, batch: list[tuple[PrefillJob, int]]) -> float:
+        """One forward over the batch: the profile's fixed cost once, each request's token and
+        attention-over-context costs."""
+        fixed = self.profile.prefill_seconds(0, 0)
+        return fixed + sum(
+            self.profile.prefill_seconds(n, job.computed) - fixed for job, n in batch
+        )
+
+    def _loop(self):
+        while True:
+            if not self.waiting and not self.started:
+                self._arrived = self.env.event()
+                yield self._arrived
+            batch = self._batch()
+            yield self.env.process(self.device.compute(self.name, self.forward_seconds(batch)))
+            for job, n in batch:
+                job.computed += n
+                if job.computed >= length(job.prompt):
+                    self.started.remove(job)
+                    self.cache.insert(job.prompt)
+                    job.done.succeed()
+
+
+@dataclass(eq=False)
+class Sequence:
+    context: int  # tokens of context now
+    remaining: int  # tokens still to decode
+    on_token: Callable[[], None]
+    done: simpy.Event
+    cancelled: bool = False
+
+
+class DecodeWorker:
+    def __init__(
+        self,
+        env: simpy.Environment,
+        name: str,
+        profile: ModelProfile,
+        device: Device,
+        max_running_requests: int = 1 << 20,
+    ) -> None:
+        self.env, self.name, self.profile, self.device = env, name, profile, device
+        # Requests admitted (running or receiving KV), in arrival order; a request takes one
+        # before its prefill starts and holds it until it ends.
+        self.slots = simpy.Resource(env, capacity=max_running_requests)
+        self.running: list[Sequence] = []
+        self._arrived = env.event()
+        self.steps = 0
+        env.process(self._loop())
+
+    def start(self, context: int, tokens: int, on_token: Callable[[], None]) -> Sequence:
+        """Decode `tokens` tokens after `context` tokens; `on_token` runs after each step."""
+        seq = Sequence(context, tokens, on_token, self.env.event())
+        if tokens <= 0:
+            seq.done.succeed()
+            return seq
+        self.running.append(seq)
+        if not self._arrived.triggered:
+            self._arrived.succeed()
+        return seq
+
+    def step_seconds(self) -> float:
+        batch = len(self.running)
+        mean = sum(s.context for s in self.running) / batch
+        return self.profile.decode_step_seconds(batch, mean)
+
+    def _loop(self):
+        while True:
+            self.running = [s for s in self.running if not s.cancelled]
+            if not self.running:
+                self._arrived = self.env.event()
+                yield self._arrived
+                continue
+            batch = list(self.running)
+            yield self.env.process(self.device.compute(self.name, self.step_seconds()))
+            self.steps += 1
+            for s in batch:
+                if s.cancelled:
+                    continue
+                s.context += 1
+                s.remaining -= 1
+                s.on_token()
+                if s.remaining <= 0:
+                    self.running.remove(s)
+                    s.done.succeed()
+
+    def cancel(self, seq: Sequence) -> None:
+        if not seq.cancelled and not seq.done.triggered:
+            seq.cancelled = True
+            seq.done.succeed()
+
+
+@dataclass
+class Replicas:
+    """A model's workers and its request split (weights: each replica's share)."""
+
+    prefill: list[PrefillWorker] = field(default_factory=list)
+    prefill_share: list[float] = field(default_factory=list)
+    decode: list[DecodeWorker] = field(default_factory=list)
+    decode_share: list[float] = field(default_factory=list)
+    _sent: dict[str, list[int]] = field(default_factory=dict)
+
+    def pick(self, role: str) -> int:
+        """Smooth weighted round robin: the replica furthest below its share of what was sent."""
+        shares = self.prefill_share if role == "prefill" else self.decode_share
+        sent = self._sent.setdefault(role, [0] * len(shares))
+        i = min(range(len(shares)), key=lambda k: (sent[k] + 1) / shares[k])
+        sent[i] += 1
+        return i
