@@ -117,26 +117,14 @@ def print_placement(plan: Placement, console: Console | None = None) -> None:
         console.print(table)
 
 
-def _simulator():
-    """The simulator's predict_plan, or None (the cost model's estimate) where it is missing."""
-    try:
-        from simulation.predict import predict_plan
-    except ImportError:
-        Console(stderr=True).print(
-            "[yellow]note:[/yellow] simulation.predict is not installed here: the numbers are "
-            "the planner's cost model's round estimate, not a simulation"
-        )
-        return None
-    return predict_plan
-
-
 def _cmd_plan(args: argparse.Namespace) -> int:
     from router.config_loader import load_config
 
     if args.profile:
         from planning.plan_command import run_plan
+        from simulation.predict import predict_plan
 
-        return run_plan(args, _simulator())
+        return run_plan(args, predict_plan)
 
     configs = [load_config(c) for c in args.config]
     try:

@@ -270,7 +270,7 @@ stage_planned() {
     if [[ $PROFILE == gpu ]]; then
         devices=(--gpus "1x$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits | head -1)MiB")
     else
-        devices=(--cpus "$(nproc)")
+        devices=(--cpus "$(getconf _NPROCESSORS_ONLN)")  # nproc obeys OMP_NUM_THREADS
     fi
     "$PYTHON" -m launch.cli plan --config "$tree" "${devices[@]}" --concurrency "$C8" \
         --profile "$PLAN_PROFILE" --out "$dir/plan.json" 2>&1 | tee "$dir/plan.txt"
