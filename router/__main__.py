@@ -51,7 +51,8 @@ def main(argv: list[str] | None = None) -> None:
     # now: a broken one stops the router here (and `moa-pd up` with it), not inside a question.
     hooks = EarlyExitHooks()
     try:
-        hooks.check(configs.values())
+        for warning in hooks.check(configs.values()):
+            log.warning("early exit unavailable (its requests are refused): %s", warning)
     except EmbedderError as e:
         log.error("cannot serve early exit: %s", e)
         raise SystemExit(2) from None

@@ -102,24 +102,34 @@ class EarlyExitHooks:
         self.answer_extractor = answer_extractor
         self._factory = embedder_factory
         self._services: dict[str, EmbeddingService] = {}
+        self._unavailable: dict[str, str] = {}  # embedding model -> why it cannot load
 
     def embedding(self, model: str) -> EmbeddingService:
         if model not in self._services:
             self._services[model] = EmbeddingService(self._factory(model))
         return self._services[model]
 
-    def check(self, configs: Iterable[TopologyConfig]) -> None:
+    def check(self, configs: Iterable[TopologyConfig]) -> list[str]:
         """Load and run, now, the embedding model of every config that could need one (method q
         even when disabled: a request may turn early exit on). The router calls it at start-up,
-        so a broken model fails `moa-pd up` with a message naming it and its directory."""
+        so a broken model fails `moa-pd up` with a message naming it and its directory, where a
+        config enables early exit. Where none does, the router still serves blocking and
+        pipelined questions (a GPU node without the embedding package, say): the returned
+        warnings name what is missing, and a request that turns early exit on is refused."""
+        warnings = []
         for cfg in configs:
             ee, bypass = cfg.early_exit, cfg.aggregator_bypass
             if ee.method == "q" or (bypass.enabled and bypass.criterion == "q"):
                 try:
                     service = self.embedding(ee.embedding_model)
-                except ValueError as e:
-                    raise EmbedderError(f"config '{cfg.name}': {e}") from e
-                service.check()
+                    service.check()
+                except (ValueError, EmbedderError) as e:
+                    if ee.enabled or bypass.enabled:
+                        raise EmbedderError(f"config '{cfg.name}': {e}") from e
+                    self._unavailable[ee.embedding_model] = f"config '{cfg.name}': {e}"
+                    self._services.pop(ee.embedding_model, None)
+                    warnings.append(self._unavailable[ee.embedding_model])
+        return warnings
 
     def __call__(
         self, cfg: TopologyConfig, dataset: str | None = None, task: str | None = None
@@ -147,6 +157,11 @@ class EarlyExitHooks:
                 )
             extractor = dataset_extractor(dataset, task)
         needs = (ee.enabled and ee.method == "q") or (bypass.enabled and bypass.criterion == "q")
+        if needs and ee.embedding_model in self._unavailable:
+            raise ValueError(
+                f"early exit is unavailable on this router: {self._unavailable[ee.embedding_model]}"
+                "; run without early exit (settings #1-#3) or install the embedding model"
+            )
         service = self.embedding(ee.embedding_model) if needs else None
         if service is not None:
             service.preload()

@@ -361,13 +361,31 @@ async def test_an_exit_that_cuts_nothing_is_moot(smollm_tokenizer_path, monkeypa
         await cluster.close()
 
 
+def test_a_missing_embedding_model_only_disables_early_exit_where_no_config_enables_it(tmp_path):
+    """A GPU node without the embedding package still serves #1-#3: with early exit off in every
+    config, start-up warns instead of stopping, and a request that turns it on is refused."""
+    broken = tmp_path / "broken-embedder"
+    broken.mkdir()
+    (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
+    off = EarlyExit(enabled=False, embedding_model=str(broken))
+    cfg = tree_config().model_copy(update={"early_exit": off})
+    hooks = EarlyExitHooks()
+    (warning,) = hooks.check([cfg])
+    assert cfg.name in warning and str(broken) in warning
+    assert hooks(cfg)._embeddings is None  # off: the question runs without an embedder
+    on = cfg.model_copy(update={"early_exit": off.model_copy(update={"enabled": True})})
+    with pytest.raises(ValueError, match="early exit is unavailable on this router"):
+        hooks(on)
+
+
 def test_a_broken_embedding_model_stops_the_router(tmp_path, smollm_tokenizer_path):  # noqa: F811
     """A model directory that resolves but cannot load stops `python -m router` at start-up
     (so `moa-pd up` fails) with a message naming the model and the directory."""
     broken = tmp_path / "broken-embedder"
     broken.mkdir()
     (broken / "config.json").write_text('{"model_type": "no-such-architecture"}')
-    cfg = tree_config().model_copy(update={"early_exit": EarlyExit(embedding_model=str(broken))})
+    ee = EarlyExit(enabled=True, embedding_model=str(broken))
+    cfg = tree_config().model_copy(update={"early_exit": ee})
     with pytest.raises(EmbedderError, match=f"looked for in {broken}"):
         EarlyExitHooks().check([cfg])
     (tmp_path / "cfg.json").write_text(cfg.model_dump_json())
