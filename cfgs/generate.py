@@ -209,11 +209,12 @@ def fixed_lengths(tokens: list[int]) -> list[dict]:
 # Routed configs (issue 20): a pool of candidate proposers (models × personas × sampling) read by
 # one aggregator through `<|answers:pool|>`; routing picks k per question. Add a CPU model to
 # CPU_POOL_MODELS (and to the config's models) to grow the pool.
-CPU_POOL_MODELS = ["smollm2", "gemma3"]
+CPU_POOL_MODELS = ["smollm2", "gemma3", "qwen2.5-coder"]
 POOL_PERSONAS = PERSONAS[:2]
 CPU_POOL_SAMPLING = {
-    "greedy": {"temperature": 0.0, "max_new_tokens": 96},
-    "t07": {"temperature": 0.7, "top_p": 0.9, "sampling_seed": 7, "max_new_tokens": 96},
+    # 256 tokens: at 96 every probe answer of every model was cut off before its final answer.
+    "greedy": {"temperature": 0.0, "max_new_tokens": 256},
+    "t07": {"temperature": 0.7, "top_p": 0.9, "sampling_seed": 7, "max_new_tokens": 256},
 }
 PERSONA_NAMES = ["careful", "concise", "tutor"]
 
@@ -482,10 +483,11 @@ def main() -> None:
     n = len(cpu_pool["candidates"])
     routed(
         "routed_pool_cpu",
-        f"CPU, routed (issue 20): a pool of {n} candidates, SmolLM2-135M and Gemma-3-270M × 2 "
+        f"CPU, routed (issue 20): a pool of {n} candidates, SmolLM2-135M, Gemma-3-270M and "
+        "Qwen2.5-Coder-0.5B × 2 "
         "personas × greedy or T=0.7; routing runs the 3 best per question (scorer: moa-pd "
         "train-scorer --out runs/scorer_routed_pool_cpu.json); aggregator SmolLM2-135M.",
-        mixed,
+        {**mixed, "qwen2.5-coder": {"model_path": "qwen2.5-coder-0.5b", "server_args": cpu_args}},
         cpu_pool,
         "smollm2",
         CPU_SAMPLING,
@@ -494,11 +496,12 @@ def main() -> None:
             "k": 3,
             "min_k": 1,
             "weights": {"performance": 1.0, "cost": 0.2, "latency": 0.2},
-            # planning/model_memory.py's counts (134,515,008 and 268,098,176), declared so the
-            # router does not build the models on the meta device at start-up.
-            "model_sizes_b": {"smollm2": 0.1345, "gemma3": 0.2681},
+            # planning/model_memory.py's counts (134,515,008, 268,098,176 and 630,167,424),
+            # declared so the router does not build the models on the meta device at start-up.
+            "model_sizes_b": {"smollm2": 0.1345, "gemma3": 0.2681, "qwen2.5-coder": 0.6302},
             # Measured order of magnitude on this 2-core CPU; a profile.json replaces them.
-            "decode_tokens_per_s": {"smollm2": 40.0, "gemma3": 20.0},
+            # Qwen2.5-Coder: ~2x SmolLM2's time per question in a 3-model probe (not a profile).
+            "decode_tokens_per_s": {"smollm2": 40.0, "gemma3": 20.0, "qwen2.5-coder": 18.0},
             "posterior_correction": {"enabled": True, "action": "last"},
         },
     )
