@@ -16,7 +16,6 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from planning.plan_file import DeploymentPlan
@@ -29,17 +28,25 @@ def _moa(*args: str) -> None:
     subprocess.run([sys.executable, "-m", "launch.cli", *args], check=True)
 
 
+def _rows(out: Path) -> list[dict]:
+    path = out / "results.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def _round(cluster: Path, config: str, conc: int, offset: int, out: Path) -> dict:
-    """One round: Q questions at concurrency Q through `cluster`; its wall time and latencies."""
-    start = time.perf_counter()
+    """One round: the next Q questions at concurrency Q through `cluster`. Its wall time is the
+    span of its questions (first start to last end), not the command's: the runner's own start
+    (interpreter, tokenizer, dataset) is no part of the deployment's throughput."""
+    before = {r["sample_id"] for r in _rows(out)}
     _moa(
         "run", "--config", config, "--dataset", "gsm8k", "--num-samples", str(conc + offset),
         "--concurrency", str(conc), "--settings", "3", "--cluster", str(cluster), "--out", str(out),
         "--resume",
     )  # fmt: skip
-    wall = time.perf_counter() - start
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    mine = [r for r in rows if not r.get("error")][offset : offset + conc]
+    mine = [r for r in _rows(out) if r["sample_id"] not in before and not r.get("error")]
+    if not mine:
+        raise SystemExit(f"round of {out} answered no question without error; see its results")
+    wall = max(r["started_at"] + r["e2e_s"] for r in mine) - min(r["started_at"] for r in mine)
     return {"wall_s": wall, "e2e_s": [r["e2e_s"] for r in mine], "n": len(mine)}
 
 
@@ -81,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
             down = [sys.executable, "-m", "launch.cli", "down", "--run-dir", str(d)]
             subprocess.run(down, check=False)  # stop the other one even if this one is gone
     cfg, profile = load_config(args.config), Profile.load(args.profile)
+    default_workers = sum(m.workers.prefill + m.workers.decode for m in cfg.models.values())
     plan = DeploymentPlan.load(plan_path)
     summary = {}
     for name, rounds in measured.items():
@@ -101,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     lines = [
         (
             f"`{args.config}` at concurrency {conc}, {args.rounds} rounds, setting #3; workers: "
-            f"planned {len(plan.workers)}, default 2"
+            f"planned {len(plan.workers)}, default {default_workers}"
         ),
         "",
         "| deployment | throughput q/s (pred.) | median latency s (pred.) |",

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from profiling.decode_step import median, step_seconds
 from profiling.knobs import Knobs
 from profiling.profile_file import DecodePoint, PrefillPoint
-from router.pd import Deployment
+from router.pd import Deployment, PrefillTarget
 from sglang_ext import protocol as P
 
 # Random prompt ids start here: below are special and control tokens of most tokenizers.
@@ -116,14 +116,19 @@ class ModelProber:
         return random_prompt(self.rng, length, self.vocab)
 
     # --- prefill: the warm-up verb on the prefill worker (KV into its radix cache, no transfer) --
-    async def _warm(self, ids: list[int]) -> tuple[float, dict]:
-        target = self.dep.pick_prefill()
+    async def _warm(
+        self, ids: list[int], target: PrefillTarget | None = None
+    ) -> tuple[float, dict]:
+        """One warm-up on `target` (else a prefill worker picked, and released, here)."""
+        picked = target is None
+        target = target or self.dep.pick_prefill()
         try:
             t0 = time.perf_counter()
             meta = await self.dep.warmup(target, ids, f"{P.WARMUP_RID_PREFIX}{uuid.uuid4().hex}")
             return time.perf_counter() - t0, meta
         finally:
-            self.dep.unpin(target)
+            if picked:
+                self.dep.unpin(target)
 
     async def cold_prefill(self, length: int) -> PrefillSample:
         wall, meta = await self._warm(self.prompt(length))
@@ -138,8 +143,14 @@ class ModelProber:
     async def cached_prefill(self, prefix: int, new: int) -> PrefillSample:
         """Warm a fresh prefix of `prefix` tokens, then time prefix + `new` fresh tokens."""
         ids = self.prompt(prefix)
-        await self._warm(ids)
-        wall, meta = await self._warm(ids + self.prompt(new))
+        # Both on one prefill worker: with replicas, a second pick may land on another one,
+        # whose cache never saw the prefix.
+        target = self.dep.pick_prefill()
+        try:
+            await self._warm(ids, target)
+            wall, meta = await self._warm(ids + self.prompt(new), target)
+        finally:
+            self.dep.unpin(target)
         cached = int(meta.get(P.CACHED_TOKENS) or 0)
         if cached < prefix // 2:
             raise ProfileError(

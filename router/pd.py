@@ -29,6 +29,7 @@ from router.cluster import ModelDeployment, Timeouts
 from router.compute_device import ComputeDevice
 from router.metrics import RouterMetrics
 from router.prefill_gate import CriticalHold, PrefillGate, hold
+from router.request_split import next_by_share
 from router.sglang_client import SGLangClient
 from sglang_ext import protocol as P
 
@@ -108,9 +109,11 @@ class Deployment:
         }
         self._rng = rng or random.Random()
         self._metrics = metrics or RouterMetrics()
-        # Draws by share have their own generator: the bootstrap rooms drawn meanwhile must not
-        # change which worker a seeded router picks.
-        self._share_rng = random.Random(self._rng.random())
+        # Requests sent to each replica so far, per role, for the plan's split.
+        self._sent = {
+            "prefill": [0] * len(spec.prefill_urls),
+            "decode": [0] * len(spec.decode_urls),
+        }
         self._decode_rr = itertools.cycle(range(len(spec.decode_urls)))
         slots = [(i, r) for i in range(len(spec.prefill_urls)) for r in range(spec.prefill_dp_size)]
         # Successors currently pinned to each (prefill worker, DP rank).
@@ -123,8 +126,8 @@ class Deployment:
         """Whether a plan splits this model's requests (then we dispatch every request)."""
         return bool(self.spec.prefill_shares or self.spec.decode_shares)
 
-    def _draw(self, shares: list[float]) -> int:
-        return self._share_rng.choices(range(len(shares)), weights=shares)[0]
+    def _by_share(self, role: str, shares: list[float]) -> int:
+        return next_by_share(self._sent[role], shares)
 
     def pick_prefill(self) -> PrefillTarget:
         """With a plan's split, a prefill worker drawn by share, else the least-pinned one;
@@ -132,7 +135,7 @@ class Deployment:
         n = next(self._pick_rr)
         keys = list(self._pinned)
         if self.spec.prefill_shares:
-            worker = self._draw(self.spec.prefill_shares)
+            worker = self._by_share("prefill", self.spec.prefill_shares)
             keys = [k for k in keys if k[0] == worker]
         order = keys[n % len(keys) :] + keys[: n % len(keys)]
         index, rank = min(order, key=lambda k: self._pinned[k])
@@ -218,7 +221,7 @@ class Deployment:
         """The final PD request of a successor: the same JSON to its prefill worker and to a
         decode worker, joined by a fresh bootstrap room on the target's DP rank."""
         shares = self.spec.decode_shares
-        decode = self._draw(shares) if shares else next(self._decode_rr)
+        decode = self._by_share("decode", shares) if shares else next(self._decode_rr)
         decode_url = self.spec.decode_urls[decode]
         body = {
             **self._with_priority(body, critical=True),

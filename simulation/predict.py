@@ -94,12 +94,14 @@ def predict_plan(
     profile: Profile,
     concurrency: int,
     setting: int = 3,
-    questions: int = 32,
+    questions: int | None = None,
     trace: str | Path | None = None,
 ) -> Prediction:
     """Predicted latency and throughput of `setting` on `plan` at `concurrency` (closed loop).
     None plan: the configs' default deployment (CPU profile: every worker on the machine's
-    cores, shared; GPU profile: one GPU per worker)."""
+    cores, shared; GPU profile: one GPU per worker). `questions` defaults to four waves of
+    `concurrency` (at least 32), so throughput is not one wave's ramp-up and drain."""
+    questions = max(32, 4 * concurrency) if questions is None else questions
     if setting not in SETTINGS:
         raise ValueError(f"setting {setting} is not one of {', '.join(map(str, SETTINGS))}")
     if concurrency < 1 or questions < 1:

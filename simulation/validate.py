@@ -195,7 +195,7 @@ def main(args: argparse.Namespace) -> int:
         f"{len(bad)} of {len(checks) + len(ratios)} checks outside the targets "
         f"(±{LATENCY_TOLERANCE:.0%} latency, ±{RATIO_TOLERANCE} ratios)"
     )
-    return 0
+    return 1 if bad else 0
 
 
 if __name__ == "__main__":

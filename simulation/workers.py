@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from profiling.profile_file import ModelProfile
+from router.request_split import next_by_share
 from simulation.device import Device
 from simulation.prefix_cache import Prompt, RadixCache, length
 
@@ -185,7 +186,4 @@ class Replicas:
     def pick(self, role: str) -> int:
         """Smooth weighted round robin: the replica furthest below its share of what was sent."""
         shares = self.prefill_share if role == "prefill" else self.decode_share
-        sent = self._sent.setdefault(role, [0] * len(shares))
-        i = min(range(len(shares)), key=lambda k: (sent[k] + 1) / shares[k])
-        sent[i] += 1
-        return i
+        return next_by_share(self._sent.setdefault(role, [0] * len(shares)), shares)

@@ -88,7 +88,9 @@ def from_trace(cfg: TopologyConfig, row: ResultRow) -> QuestionWork:
                 f"trace row {row.sample_id} (setting {row.setting}) has no agent '{aid}' of "
                 f"config '{cfg.name}'; record the run with this config"
             )
-        out = len(t.output_ids) or work.output_tokens
+        # A killed agent produced what it produced (possibly nothing); one with no ids recorded
+        # (a trace without them) decodes its budget.
+        out = len(t.output_ids) if t.killed or t.output_ids else work.output_tokens
         static = sum(work.pieces)
         if t.prompt_tokens:
             pre = sum(len(row.agents[p].output_ids) for p in work.precursors if p in row.agents)

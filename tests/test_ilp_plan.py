@@ -180,7 +180,7 @@ def test_a_cpu_plan_puts_workers_on_cores_sharing_ram():
 
 def test_moa_pd_plan_with_a_profile(tree, profile, tmp_path, monkeypatch, capsys):
     from launch.cli import main
-    from planning import commands
+    from simulation import predict
 
     seen = []
 
@@ -191,7 +191,7 @@ def test_moa_pd_plan_with_a_profile(tree, profile, tmp_path, monkeypatch, capsys
             concurrency=concurrency, latency_median_s=n, latency_p90_s=2 * n, throughput_qps=1 / n
         )
 
-    monkeypatch.setattr(commands, "_simulator", lambda: fake_simulator)
+    monkeypatch.setattr(predict, "predict_plan", fake_simulator)
     monkeypatch.setenv("COLUMNS", "200")
     path = tmp_path / "profile.json"
     profile.dump(path)

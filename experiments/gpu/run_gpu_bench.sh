@@ -67,7 +67,11 @@ if [[ $PROFILE == gpu ]]; then
     PROFILE_ARGS=${PROFILE_ARGS-}
     # The planned deployment's pools are sized for C8 questions: profile batches up to C8.
     PLANNED_PROFILE_ARGS=${PLANNED_PROFILE_ARGS---decode-batches 1,4,8 --reps 3}
-    PLAN_PROFILE=${PLAN_PROFILE:-profiling/anchors/gpu_anchor_qwen3_h200.json}
+    # The anchor profile of the card this runs on (predicted and measured on the same card).
+    case $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1) in
+        *H100*) PLAN_PROFILE=${PLAN_PROFILE:-profiling/anchors/gpu_anchor_qwen3_h100.json} ;;
+        *) PLAN_PROFILE=${PLAN_PROFILE:-profiling/anchors/gpu_anchor_qwen3_h200.json} ;;
+    esac
 elif [[ $PROFILE == cpu ]]; then
     BACKEND=torch
     TTFT_CONFIG=${TTFT_CONFIG:-tree_3_1_cpu}
