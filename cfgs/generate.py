@@ -242,9 +242,11 @@ def routed(
     candidates: dict,
     root_model: str,
     sampling: dict,
-    routing: dict,
+    routing: dict | None,
 ) -> None:
-    """A pool read by one aggregator (the final agent): the tree's proposer layer is the pool."""
+    """A pool read by one aggregator (the final agent): the tree's proposer layer is the pool.
+    Without `routing` every candidate runs on every question: the routed setting's baseline
+    (#4 on the same pool) and the config whose #5 rows train its scorer."""
     templates = {
         "aggregate_final": {
             "system": AGGREGATOR_SYSTEM,
@@ -258,7 +260,7 @@ def routed(
         "description": description,
         "models": models,
         "pool": candidates,
-        "routing": routing,
+        **({"routing": routing} if routing else {}),
         "templates": templates,
         "agents": agents,
         "sampling": sampling,
@@ -481,13 +483,29 @@ def main() -> None:
 
     cpu_pool = pool(CPU_POOL_MODELS, POOL_PERSONAS, CPU_POOL_SAMPLING)
     n = len(cpu_pool["candidates"])
+    pool_models = {
+        **mixed,
+        "qwen2.5-coder": {"model_path": "qwen2.5-coder-0.5b", "server_args": cpu_args},
+    }
+    routed(
+        "pool_all_cpu",
+        f"CPU, routed_pool_cpu's pool without routing (issue 20): all {n} candidates answer every "
+        "question. #4 on it is #6's baseline (--config pool_all_cpu --routed-config "
+        "routed_pool_cpu --settings 4,6); #5 on it runs each candidate alone, the rows moa-pd "
+        "train-scorer learns from.",
+        pool_models,
+        cpu_pool,
+        "smollm2",
+        CPU_SAMPLING,
+        None,
+    )
     routed(
         "routed_pool_cpu",
         f"CPU, routed (issue 20): a pool of {n} candidates, SmolLM2-135M, Gemma-3-270M and "
         "Qwen2.5-Coder-0.5B × 2 "
         "personas × greedy or T=0.7; routing runs the 3 best per question (scorer: moa-pd "
         "train-scorer --out runs/scorer_routed_pool_cpu.json); aggregator SmolLM2-135M.",
-        {**mixed, "qwen2.5-coder": {"model_path": "qwen2.5-coder-0.5b", "server_args": cpu_args}},
+        pool_models,
         cpu_pool,
         "smollm2",
         CPU_SAMPLING,

@@ -171,7 +171,7 @@ def test_pool_and_routing_errors_name_the_file_and_json_path(tmp_path, edit, pat
 
 def test_shipped_routed_configs_load_and_the_fixture_covers_the_cpu_pool():
     cpu = load_config("routed_pool_cpu")
-    assert len(cpu.pool_ids) >= 4 and len({cpu.agent(c).model for c in cpu.pool_ids}) == 2
+    assert len(cpu.pool_ids) >= 4 and len({cpu.agent(c).model for c in cpu.pool_ids}) == 3
     gpu = load_config("routed_pool_qwen3_gpu")
     assert {gpu.agent(c).model for c in gpu.pool_ids} == {"qwen3-4b", "qwen3-8b", "qwen3-32b"}
     routed = cpu.model_copy(
