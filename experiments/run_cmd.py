@@ -8,6 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from experiments.scoring.code_sandbox import SandboxUnavailable
 from experiments.settings import parse_settings
 from planning.commands import PlacementOptions, add_placement_args
 
@@ -82,7 +83,7 @@ def main(args: argparse.Namespace) -> int:
     except ValueError as e:
         console.print(f"[red]error:[/red] {e}")
         return 2
-    except (LaunchError, FailFast) as e:
+    except (LaunchError, FailFast, SandboxUnavailable) as e:
         console.print(f"[red]error:[/red] {e}")
         _summarize_partial(console, Path(args.out))
         console.print(

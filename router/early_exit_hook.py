@@ -80,6 +80,11 @@ class EmbeddingService:
             self._embedder.check()
         self._preloaded = True
 
+    def width(self) -> int | None:
+        """The embeddings' dimension, where the model says (after `check`)."""
+        size = getattr(self._embedder, "hidden_size", None)
+        return int(size) if size is not None else None
+
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
 

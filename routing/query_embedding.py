@@ -1,5 +1,6 @@
 """The query embedding the scorer reads: the embedded MiniLM's token states of the question
-prompt, mean-pooled and L2-normalized (sentence-transformers' own pooling for all-MiniLM-L6-v2).
+prompt, mean-pooled and L2-normalized (the pooling sentence-transformers uses for
+all-MiniLM-L6-v2; texts are cut at router/embedder.py's 512 tokens, not its 256).
 Training (`moa-pd train-scorer`) and the router's routing decision must both embed this way.
 """
 

