@@ -17,10 +17,10 @@ import statistics
 def step_seconds(finish_short: list[float], finish_long: list[float], extra_tokens: int) -> float:
     """Seconds per decode step from two runs of the same batch: each stream's time from sending
     to its last token, with `extra_tokens` more new tokens in the long run (medians over the
-    streams). Never negative: noise on a very short difference is not a negative cost."""
+    streams). Zero or less means the extra tokens took no measurable time: the caller decides."""
     if extra_tokens < 1:
         raise ValueError("the long run needs more tokens than the short one")
-    return max(0.0, (median(finish_long) - median(finish_short)) / extra_tokens)
+    return (median(finish_long) - median(finish_short)) / extra_tokens
 
 
 def median(values: list[float]) -> float:

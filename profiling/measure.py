@@ -214,14 +214,23 @@ class ModelProber:
         for ids in prompts:
             await self._warm(ids)
         short, long = SHORT_RUN, SHORT_RUN + self.knobs.decode_tokens
-        finish_short = await self._finish_times(prompts, short)
-        finish_long = await self._finish_times(prompts, long)
-        return DecodePoint(
-            batch=batch,
-            # Mean context over the steps the difference measures.
-            context=context + (short + long) // 2,
-            step_seconds=step_seconds(finish_short, finish_long, long - short),
-        )
+        # Short and long runs alternate, up to 3 pairs: one pair's difference is a few decode
+        # steps, and on a loaded CPU one slow run can make it negative.
+        finish_short: list[float] = []
+        finish_long: list[float] = []
+        for _ in range(min(3, self.knobs.reps)):
+            finish_short.append(median(await self._finish_times(prompts, short)))
+            finish_long.append(median(await self._finish_times(prompts, long)))
+        step = step_seconds(finish_short, finish_long, long - short)
+        if step <= 0:
+            raise ProfileError(
+                f"model {self.dep.name}: at batch {batch} and context {context} the "
+                f"{long - short} extra decode tokens took no measurable time (run to {short} "
+                f"tokens: {median(finish_short):.3f} s, to {long}: {median(finish_long):.3f} s); "
+                "raise --decode-tokens or profile on a quieter machine"
+            )
+        # Mean context over the steps the difference measures.
+        return DecodePoint(batch=batch, context=context + (short + long) // 2, step_seconds=step)
 
     # --- the whole model -----------------------------------------------------------------------
     async def measure(self) -> ModelRun:

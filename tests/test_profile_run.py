@@ -17,7 +17,7 @@ def test_profile_of_a_tiny_model_on_the_reference_engine(tmp_path, capsys):
     argv = ["profile", "--config", "tree_3_1_dummy_cpu", "--out", str(out)]
     argv += ["--run-dir", str(tmp_path / "run"), "--reps", "2"]
     argv += ["--prompt-lengths", "16,64", "--cached-prefixes", "32", "--cached-new-tokens", "16"]
-    argv += ["--decode-batches", "1,3", "--decode-contexts", "16,48", "--decode-tokens", "12"]
+    argv += ["--decode-batches", "1,3", "--decode-contexts", "16,48", "--decode-tokens", "24"]
     assert main(argv) == 0
     assert "qwen3-tiny" in capsys.readouterr().out  # the summary table
     profile = Profile.load(out)

@@ -24,7 +24,7 @@ def test_a_step_is_the_finish_time_difference_per_extra_token():
     # outlier stream (a slow start in both runs) left out by the median.
     short, long = [0.30, 0.31, 0.90], [0.50, 0.51, 1.30]
     assert step_seconds(short, long, 20) == pytest.approx(0.010)
-    assert step_seconds([0.5], [0.49], 20) == 0.0  # noise is never a negative cost
+    assert step_seconds([0.5], [0.49], 20) < 0  # noise: decode_point repeats, then refuses
     with pytest.raises(ValueError):
         step_seconds([0.1], [0.2], 0)
 

@@ -85,9 +85,9 @@ elif [[ $PROFILE == cpu ]]; then
     FIT_MAP=${FIT_MAP-}
     N1=${N1:-1} N8=${N8:-2} C8=${C8:-2}
     PROFILE_CONFIG=${PROFILE_CONFIG:-tree_3_1_dummy_cpu}
-    PLANNED_PROFILE_ARGS=${PLANNED_PROFILE_ARGS---reps 2 --prompt-lengths 16,64 --cached-prefixes 32 --cached-new-tokens 16 --decode-batches 1,2 --decode-contexts 16,48 --decode-tokens 12}
+    PLANNED_PROFILE_ARGS=${PLANNED_PROFILE_ARGS---reps 2 --prompt-lengths 16,64 --cached-prefixes 32 --cached-new-tokens 16 --decode-batches 1,2 --decode-contexts 16,48 --decode-tokens 24}
     PLAN_PROFILE=${PLAN_PROFILE:-profiling/measured/cpu_2core_torch.json}
-    PROFILE_ARGS=${PROFILE_ARGS---reps 2 --prompt-lengths 16,64 --cached-prefixes 32 --cached-new-tokens 16 --decode-batches 1,3 --decode-contexts 16,48 --decode-tokens 12}
+    PROFILE_ARGS=${PROFILE_ARGS---reps 2 --prompt-lengths 16,64 --cached-prefixes 32 --cached-new-tokens 16 --decode-batches 1,3 --decode-contexts 16,48 --decode-tokens 24}
     STAGE_S=${STAGE_S:-3000} TIME_SCALE=${TIME_SCALE:-5}
 else
     echo "error: PROFILE=$PROFILE; use gpu (default) or cpu (the rehearsal)" >&2
