@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import csv
 import logging
-import os
 import random
 from pathlib import Path
 from typing import Any
+
+from experiments.user_files import user_file
 
 logger = logging.getLogger(__name__)
 
@@ -33,14 +34,8 @@ HOW_TO_GET = (
 
 
 def configured_path() -> Path:
-    """The CSV that MOA_PD_GPQA_PATH names; a ValueError explaining how to get it otherwise."""
-    value = os.environ.get(ENV_VAR, "").strip()
-    if not value:
-        raise ValueError(f"dataset 'gpqa_diamond': {ENV_VAR} is not set. {HOW_TO_GET}")
-    path = Path(value).expanduser()
-    if not path.is_file():
-        raise ValueError(f"dataset 'gpqa_diamond': {ENV_VAR}={value} is not a file. {HOW_TO_GET}")
-    return path
+    """The file that MOA_PD_GPQA_PATH names (experiments/user_files.py)."""
+    return user_file("gpqa_diamond", ENV_VAR, HOW_TO_GET)
 
 
 def is_gpqa_csv(path: Path) -> bool:

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 from pathlib import Path
 from typing import Any
 
+from experiments.user_files import user_file
+
 ENV_VAR = "MOA_PD_HUMANEVAL_PLUS_PATH"
-HUMANEVAL_ROWS = 164
 _REQUIRED = ("task_id", "prompt", "entry_point", "canonical_solution")
 
 HOW_TO_GET = (
@@ -29,14 +29,8 @@ HOW_TO_GET = (
 
 
 def configured_path() -> Path:
-    """The file that MOA_PD_HUMANEVAL_PLUS_PATH names; a ValueError saying how to get it."""
-    value = os.environ.get(ENV_VAR, "").strip()
-    if not value:
-        raise ValueError(f"dataset 'humaneval_plus': {ENV_VAR} is not set. {HOW_TO_GET}")
-    path = Path(value).expanduser()
-    if not path.is_file():
-        raise ValueError(f"dataset 'humaneval_plus': {ENV_VAR}={value} is not a file. {HOW_TO_GET}")
-    return path
+    """The file that MOA_PD_HUMANEVAL_PLUS_PATH names (experiments/user_files.py)."""
+    return user_file("humaneval_plus", ENV_VAR, HOW_TO_GET)
 
 
 def _open(path: Path):
