@@ -102,14 +102,13 @@ def default_deployment(configs: list[TopologyConfig], profile: Profile) -> SimDe
             SimWorker(w.model, w.role, w.replica, f"gpu{i}", w.share) for i, w in enumerate(workers)
         ]
         devices, scope, where = {w.device: 1 for w in workers}, "worker", "one GPU per worker"
-    return SimDeployment(
-        tuple(workers),
+    return _deployment(
+        workers,
         devices,
         scope,
-        _prefill_args(configs, profile.backend),
+        configs,
+        profile,
         f"config default: {len(workers)} workers, {where}",
-        _decode_slots(configs, profile.backend),
-        CPU_CO_RUN_SLOWDOWN if profile.device.kind == "cpu" else 0.0,
     )
 
 
@@ -137,12 +136,25 @@ def from_plan(
                     "plan again with these configs"
                 )
     scope = "worker" if any(w.gpus for w in plan.workers) else "device"
+    label = f"plan ({plan.mode}): {len(workers)} workers on {len(devices)} devices"
+    return _deployment(workers, devices, scope, configs, profile, label)
+
+
+def _deployment(
+    workers: list[SimWorker],
+    devices: dict[str, int],
+    scope: str,
+    configs: list[TopologyConfig],
+    profile: Profile,
+    label: str,
+) -> SimDeployment:
+    """The deployment with the configs' engine settings and the profile's device behaviour."""
     return SimDeployment(
         tuple(workers),
         devices,
         scope,
         _prefill_args(configs, profile.backend),
-        f"plan ({plan.mode}): {len(workers)} workers on {len(devices)} devices",
+        label,
         _decode_slots(configs, profile.backend),
         CPU_CO_RUN_SLOWDOWN if profile.device.kind == "cpu" else 0.0,
     )
