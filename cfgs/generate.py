@@ -210,26 +210,27 @@ def fixed_lengths(tokens: list[int]) -> list[dict]:
 # one aggregator through `<|answers:pool|>`; routing picks k per question. Add a CPU model to
 # CPU_POOL_MODELS (and to the config's models) to grow the pool.
 CPU_POOL_MODELS = ["smollm2", "gemma3", "qwen2.5-coder"]
-POOL_PERSONAS = PERSONAS[:2]
-CPU_POOL_SAMPLING = {
-    # 256 tokens: at 96 every probe answer of every model was cut off before its final answer.
-    "greedy": {"temperature": 0.0, "max_new_tokens": 256},
-    "t07": {"temperature": 0.7, "top_p": 0.9, "sampling_seed": 7, "max_new_tokens": 256},
+# Two ways to answer, so candidates end at different times: an answer-first persona that stops
+# early, and the step-by-step one that runs to the cap. Greedy only: with 12 candidates (×
+# greedy/T=0.7) at 256 tokens, a question cost ~3 min of the 2 cores in setting #5 and the
+# routing benchmark (hundreds of questions) could not run on them.
+CPU_POOL_PERSONAS = {
+    "direct": (
+        "You are a knowledgeable expert. Give the final answer first, in the form the question "
+        "asks for, then justify it in one or two sentences."
+    ),
+    "careful": PERSONAS[0],
 }
+CPU_POOL_SAMPLING = {"greedy": {"temperature": 0.0, "max_new_tokens": 96}}
 PERSONA_NAMES = ["careful", "concise", "tutor"]
 
 
-def pool(models: list[str], personas: list[str], samplings: dict[str, dict]) -> dict:
+def pool(models: list[str], personas: dict[str, str], samplings: dict[str, dict]) -> dict:
     """Every model × persona × sampling as one candidate, with an id that says which."""
     candidates = [
-        {
-            "id": f"{m}.{PERSONA_NAMES[i]}.{s}",
-            "model": m,
-            "persona": p,
-            "sampling": sampling,
-        }
+        {"id": f"{m}.{name}.{s}", "model": m, "persona": p, "sampling": sampling}
         for m in models
-        for i, p in enumerate(personas)
+        for name, p in personas.items()
         for s, sampling in samplings.items()
     ]
     return {"candidates": candidates}
@@ -481,7 +482,7 @@ def main() -> None:
         "all-minilm-l6-v2",
     )
 
-    cpu_pool = pool(CPU_POOL_MODELS, POOL_PERSONAS, CPU_POOL_SAMPLING)
+    cpu_pool = pool(CPU_POOL_MODELS, CPU_POOL_PERSONAS, CPU_POOL_SAMPLING)
     n = len(cpu_pool["candidates"])
     pool_models = {
         **mixed,
@@ -495,19 +496,20 @@ def main() -> None:
         "train-scorer learns from.",
         pool_models,
         cpu_pool,
-        "smollm2",
+        "qwen2.5-coder",
         CPU_SAMPLING,
         None,
     )
     routed(
         "routed_pool_cpu",
         f"CPU, routed (issue 20): a pool of {n} candidates, SmolLM2-135M, Gemma-3-270M and "
-        "Qwen2.5-Coder-0.5B × 2 "
-        "personas × greedy or T=0.7; routing runs the 3 best per question (scorer: moa-pd "
-        "train-scorer --out runs/scorer_routed_pool_cpu.json); aggregator SmolLM2-135M.",
+        "Qwen2.5-Coder-0.5B × an answer-first and a step-by-step persona, greedy, 96 tokens; "
+        "routing runs the 3 best per question (scorer: moa-pd train-scorer --out "
+        "runs/scorer_routed_pool_cpu.json); aggregator Qwen2.5-Coder-0.5B, the pool's "
+        "strongest model.",
         pool_models,
         cpu_pool,
-        "smollm2",
+        "qwen2.5-coder",
         CPU_SAMPLING,
         {
             "scorer": "runs/scorer_routed_pool_cpu.json",
@@ -523,7 +525,9 @@ def main() -> None:
             "posterior_correction": {"enabled": True, "action": "last"},
         },
     )
-    gpu_pool = pool(DUMMY_TRIO, PERSONAS[:3], {"fixed": fixed_lengths([500])[0]})
+    gpu_pool = pool(
+        DUMMY_TRIO, dict(zip(PERSONA_NAMES, PERSONAS)), {"fixed": fixed_lengths([500])[0]}
+    )
     routed(
         "routed_pool_qwen3_gpu",
         "GPU, weight-free, routed (issue 20): RouteMoA's kind of pool, Qwen3 4B/8B/32B shapes × 3 "

@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from experiments import gpqa, humaneval_data
 
 logger = logging.getLogger(__name__)
@@ -93,11 +95,20 @@ def resolve(name_or_path: str) -> tuple[str, Path]:
 
 
 def load_questions(
-    name_or_path: str, num_samples: int | None = None, cache_dir: str | Path | None = None
+    name_or_path: str,
+    num_samples: int | None = None,
+    cache_dir: str | Path | None = None,
+    shuffle_seed: int | None = None,
+    offset: int = 0,
 ) -> list[Question]:
-    """Load a split through HF `datasets` (offline, local JSON); the first `num_samples` rows."""
+    """Load a split through HF `datasets` (offline, local JSON); `num_samples` rows from row
+    `offset` on, of the file's order or of a seeded shuffle of it (`shuffle_seed`: a split
+    sorted by subject, as MMLU's is, then yields a sample spanning its subjects, and two
+    offsets of one seed give disjoint sets, e.g. a scorer's training and held-out questions)."""
     if num_samples is not None and num_samples < 0:
         raise ValueError(f"num_samples must be >= 0 or None, got {num_samples}")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
     name, path = resolve(name_or_path)
     if name == "gpqa_diamond":
         rows = gpqa.read_rows(path)
@@ -105,9 +116,14 @@ def load_questions(
         rows = humaneval_data.read_rows(path)
     else:
         rows = _read_rows(path, cache_dir or default_cache_dir())
-    if num_samples is not None:
-        rows = rows[:num_samples]
-    return [_to_question(row, i, name, path) for i, row in enumerate(rows)]
+    indexed = list(enumerate(rows))
+    if shuffle_seed is not None:
+        order = np.random.default_rng(shuffle_seed).permutation(len(indexed))
+        indexed = [indexed[i] for i in order]
+    end = None if num_samples is None else offset + num_samples
+    # A question keeps its index in the file: ids that fall back to it stay the same however
+    # the questions were drawn.
+    return [_to_question(row, i, name, path) for i, row in indexed[offset:end]]
 
 
 def _read_rows(path: Path, cache_dir: str | Path) -> list[dict[str, Any]]:

@@ -48,6 +48,9 @@ class RunSpec:
     gpu_placement: PlacementOptions | None = None
     # Setting #6: the config with a pool and routing.
     routed_config: str | None = None
+    # Which questions: `num_samples` from `offset` on, of a seeded shuffle when set.
+    shuffle_seed: int | None = None
+    offset: int = 0
 
 
 class FailFast(RuntimeError):
@@ -321,7 +324,9 @@ async def run_async(spec: RunSpec, cluster: dict) -> None:
     from experiments.results import ResultsWriter, completed_keys
     from router.api_key import client_key
 
-    questions = load_questions(spec.dataset, spec.num_samples)
+    questions = load_questions(
+        spec.dataset, spec.num_samples, shuffle_seed=spec.shuffle_seed, offset=spec.offset
+    )
     results = spec.out_dir / "results.jsonl"
     done = completed_keys(results) if spec.resume else set()
     keys = {(s.number, q.id): row_keys(spec, s, q) for s in spec.settings for q in questions}

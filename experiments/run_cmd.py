@@ -32,6 +32,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--num-samples", type=int, default=None, help="first N questions (default all)")
     p.add_argument(
+        "--shuffle-seed",
+        type=int,
+        default=None,
+        help="draw the questions from a shuffle with this seed, not in the file's order (MMLU "
+        "is sorted by subject)",
+    )
+    p.add_argument(
+        "--offset",
+        type=int,
+        default=0,
+        help="skip the first N questions (of the shuffle with --shuffle-seed): with one seed, "
+        "disjoint offsets give disjoint sets, e.g. a scorer's training and held-out questions",
+    )
+    p.add_argument(
         "--settings",
         default="1,2,3,4",
         help="which settings, e.g. 2,3 (default the paper's four; 5: single model, "
@@ -62,6 +76,8 @@ def main(args: argparse.Namespace) -> int:
         settings = parse_settings(args.settings)
         if args.concurrency < 1 or (args.num_samples is not None and args.num_samples < 1):
             raise ValueError("--concurrency and --num-samples must be at least 1")
+        if args.offset < 0:
+            raise ValueError(f"--offset must be at least 0, got {args.offset}")
         spec = RunSpec(
             args.config,
             args.dense_config,
@@ -78,6 +94,8 @@ def main(args: argparse.Namespace) -> int:
             keep_going=args.keep_going,
             gpu_placement=PlacementOptions.from_args(args),
             routed_config=args.routed_config,
+            shuffle_seed=args.shuffle_seed,
+            offset=args.offset,
         )
         written = run_experiment(spec)
     except ValueError as e:
@@ -130,6 +148,12 @@ def resume_command(args: argparse.Namespace) -> str:
         routed = getattr(args, "routed_config", None)
         argv += ["--routed-config", routed] if routed else []
         argv += ["--cluster", args.cluster] if args.cluster else []
+        for flag, value in (
+            ("--num-samples", getattr(args, "num_samples", None)),
+            ("--shuffle-seed", getattr(args, "shuffle_seed", None)),
+            ("--offset", getattr(args, "offset", 0) or None),
+        ):
+            argv += [flag, str(value)] if value is not None else []
     if "--resume" not in argv:
         argv.append("--resume")
     return shlex.join(["moa-pd", *argv])

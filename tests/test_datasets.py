@@ -36,6 +36,20 @@ def test_num_samples_takes_the_first_rows() -> None:
     assert qs[0].answer == "18" and qs[0].extra["solution"].endswith("#### 18")
 
 
+def test_a_seeded_shuffle_spans_subjects_and_offsets_give_disjoint_sets() -> None:
+    train = load_questions("mmlu", num_samples=40, shuffle_seed=0)
+    held = load_questions("mmlu", num_samples=40, shuffle_seed=0, offset=40)
+    assert [q.id for q in train] == [q.id for q in load_questions("mmlu", 40, shuffle_seed=0)]
+    assert not {q.id for q in train} & {q.id for q in held}
+    # The file holds 100 questions per subject in a row: its first 40 are one subject.
+    assert len({q.extra["subject"] for q in load_questions("mmlu", 40)}) == 1
+    assert len({q.extra["subject"] for q in train}) > 20
+    both = load_questions("mmlu", num_samples=80, shuffle_seed=0)
+    assert [q.id for q in both] == [q.id for q in train + held]
+    with pytest.raises(ValueError, match="offset"):
+        load_questions("mmlu", 1, offset=-1)
+
+
 def test_extra_fields_survive_arrow() -> None:
     mmlu = load_questions("mmlu_prox_lite", num_samples=1)[0]
     assert mmlu.answer == "ABCDEFGHIJ"[mmlu.extra["answer_index"]]

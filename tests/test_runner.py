@@ -377,8 +377,8 @@ def test_single_model_configs_of_a_pool_run_each_candidate_by_its_id():
         assert single.template_of("single") == cfg.template_of(cid)
         assert single.template_of("single").system == cand.persona
         assert single.sampling_of("single") == cfg.sampling_of(cid)
-    temps = {s.sampling_of("single").temperature for s in singles.values()}
-    assert len(temps) > 1, "the pool's sampling variants reach #5"
+    personas = {s.template_of("single").system for s in singles.values()}
+    assert len(personas) > 1, "the pool's persona variants reach #5"
 
 
 class _FlushClient:
