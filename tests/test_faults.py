@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_models import tiny_model_dir
 
 from experiments.results import read_results
 from launch.cli import main
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tiny_config(tmp_path_factory) -> str:
-    return write_tiny_config(tmp_path_factory.mktemp("cfg"))
+    return write_tiny_config(tmp_path_factory.mktemp("cfg"), model_path=tiny_model_dir("llama"))
 
 
 def _up(config: str, run_dir: Path) -> Stack:
