@@ -4,7 +4,9 @@ and the shell router during a run (the run stops within seconds naming what died
 `--resume` on a fresh deployment completes with every (sample, setting) counted once).
 
 The topology is tree_3_1_cpu with 6-token agents, as a user's own config file under another
-name, so the runner must ask the shell router for it by its `name`."""
+name, so the runner must ask the shell router for it by its `name`. Its workers serve the tiny
+random Llama of tests/tiny_models.py: what dies and how the run reacts does not depend on the
+weights, and SmolLM2-135M made each of the three deployments ~10 s slower to start and run."""
 
 from __future__ import annotations
 
