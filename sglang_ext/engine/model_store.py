@@ -14,6 +14,7 @@ GGUF files inside PyPI packages and are dequantized once into a cache:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -221,12 +222,17 @@ def _convert_gguf(
 
     logger.info("converting %s to %s (once)", gguf, out_dir)
     kwargs = {"gguf_file": gguf.name}
-    tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs)
-    if not tokenizer.chat_template and chat_template:
-        tokenizer.chat_template = chat_template
-    if not tokenizer.chat_template:
-        raise ValueError(f"{gguf} carries no chat template; the engine needs one for chat prompts")
-    loaded = AutoModelForCausalLM.from_pretrained(str(gguf.parent), dtype=torch.float32, **kwargs)
+    with _one_gguf_reader():
+        tokenizer = AutoTokenizer.from_pretrained(str(gguf.parent), **kwargs)
+        if not tokenizer.chat_template and chat_template:
+            tokenizer.chat_template = chat_template
+        if not tokenizer.chat_template:
+            raise ValueError(
+                f"{gguf} carries no chat template; the engine needs one for chat prompts"
+            )
+        loaded = AutoModelForCausalLM.from_pretrained(
+            str(gguf.parent), dtype=torch.float32, **kwargs
+        )
     # A GGUF-loaded model refuses save_pretrained (it still counts as quantized), so the
     # dequantized weights move into a plain model built from the same config minus quantization.
     config = loaded.config
@@ -241,3 +247,26 @@ def _convert_gguf(
         plain.generation_config.eos_token_id = list(dict.fromkeys(eos + extra))
     plain.save_pretrained(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))
+
+
+@contextlib.contextmanager
+def _one_gguf_reader():
+    """transformers reads a GGUF file's metadata three times (tokenizer, config, weights), each a
+    `gguf.GGUFReader` that parses every field in Python: ~10 s apiece for Qwen2.5's ~152k-token
+    vocabulary on 2 cores. Meanwhile one reader per file serves all three (it only reads)."""
+    import gguf
+
+    real = gguf.GGUFReader
+    readers: dict[tuple, object] = {}
+
+    def shared(path, *args, **kw):
+        key = (os.fspath(path), args, tuple(sorted(kw.items())))
+        if key not in readers:
+            readers[key] = real(path, *args, **kw)
+        return readers[key]
+
+    gguf.GGUFReader = shared  # transformers imports it from `gguf` at each call
+    try:
+        yield
+    finally:
+        gguf.GGUFReader = real
