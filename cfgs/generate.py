@@ -213,7 +213,8 @@ CPU_POOL_MODELS = ["smollm2", "gemma3", "qwen2.5-coder"]
 # Two ways to answer, so candidates end at different times: an answer-first persona that stops
 # early, and the step-by-step one that runs to the cap. Greedy only: with 12 candidates (×
 # greedy/T=0.7) at 256 tokens, a question cost ~3 min of the 2 cores in setting #5 and the
-# routing benchmark (hundreds of questions) could not run on them.
+# routing benchmark (hundreds of questions) could not run on them. The price: 96 tokens cut
+# Qwen's step-by-step answers off before their final answer (docs/benchmarks.md, issue 20).
 CPU_POOL_PERSONAS = {
     "direct": (
         "You are a knowledgeable expert. Give the final answer first, in the form the question "
