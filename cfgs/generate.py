@@ -52,6 +52,8 @@ PERSONAS = [
         "report the final answer."
     ),
 ]
+# Their names in pool candidate ids (`model.persona.sampling`).
+NAMED_PERSONAS = dict(zip(["careful", "concise", "tutor"], PERSONAS))
 AGGREGATOR_SYSTEM = (
     "You receive a question and several candidate answers written by other assistants. Some may "
     "be wrong. Judge them critically, keep what is correct, fix what is not, and write one "
@@ -220,10 +222,9 @@ CPU_POOL_PERSONAS = {
         "You are a knowledgeable expert. Give the final answer first, in the form the question "
         "asks for, then justify it in one or two sentences."
     ),
-    "careful": PERSONAS[0],
+    "careful": NAMED_PERSONAS["careful"],
 }
 CPU_POOL_SAMPLING = {"greedy": {"temperature": 0.0, "max_new_tokens": 96}}
-PERSONA_NAMES = ["careful", "concise", "tutor"]
 
 
 def pool(models: list[str], personas: dict[str, str], samplings: dict[str, dict]) -> dict:
@@ -526,9 +527,7 @@ def main() -> None:
             "posterior_correction": {"enabled": True, "action": "last"},
         },
     )
-    gpu_pool = pool(
-        DUMMY_TRIO, dict(zip(PERSONA_NAMES, PERSONAS)), {"fixed": fixed_lengths([500])[0]}
-    )
+    gpu_pool = pool(DUMMY_TRIO, NAMED_PERSONAS, {"fixed": fixed_lengths([500])[0]})
     routed(
         "routed_pool_qwen3_gpu",
         "GPU, weight-free, routed (issue 20): RouteMoA's kind of pool, Qwen3 4B/8B/32B shapes × 3 "

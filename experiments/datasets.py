@@ -116,6 +116,11 @@ def load_questions(
         rows = humaneval_data.read_rows(path)
     else:
         rows = _read_rows(path, cache_dir or default_cache_dir())
+    if offset and offset >= len(rows):
+        raise ValueError(
+            f"dataset {name!r}: offset {offset} skips all of its {len(rows)} questions; "
+            f"use an offset below {len(rows)}"
+        )
     indexed = list(enumerate(rows))
     if shuffle_seed is not None:
         order = np.random.default_rng(shuffle_seed).permutation(len(indexed))

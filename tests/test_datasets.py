@@ -48,6 +48,8 @@ def test_a_seeded_shuffle_spans_subjects_and_offsets_give_disjoint_sets() -> Non
     assert [q.id for q in both] == [q.id for q in train + held]
     with pytest.raises(ValueError, match="offset"):
         load_questions("mmlu", 1, offset=-1)
+    with pytest.raises(ValueError, match="offset 5700 skips all of its 5700 questions"):
+        load_questions("mmlu", 1, offset=5700)
 
 
 def test_extra_fields_survive_arrow() -> None:
