@@ -1,4 +1,4 @@
-"""`moa-pd up` and `moa-pd down`: bring a deployment up from configs or a plan, and stop it."""
+"""`moa-pd up`: bring a deployment up from configs or a plan (`moa-pd down` stops it)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from rich.console import Console
 
 from launch.cluster_part import part_path
 from launch.procs import LaunchError
-from launch.stack import Stack, down_run_dir
+from launch.stack import Stack
 from planning.commands import PlacementOptions, add_placement_args, placement_for, print_placement
 from planning.pool_need import pool_needs
 from router.api_key import ENV_VAR, KEY_FILE, key_from_env
@@ -82,7 +82,8 @@ def bring_up(stack: Stack) -> dict:
     return cluster
 
 
-def _cmd_up(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
+    """`moa-pd up`."""
     if args.gpu_memory and not args.dry_run:
         console.print(
             "[red]error:[/red] --gpu-memory plans for GPUs that are not here: add --dry-run"
@@ -180,21 +181,7 @@ def add_pin_cpus(p: argparse.ArgumentParser) -> None:
     )
 
 
-def _cmd_down(args: argparse.Namespace) -> int:
-    try:
-        names = down_run_dir(Path(args.run_dir))
-    except LaunchError as e:
-        console.print(f"[red]error:[/red] {e}")
-        return 2
-    if not names:
-        console.print(f"nothing is running in {args.run_dir}: its deployment was stopped already")
-        return 0
-    console.print(f"stopped {len(names)} processes: {', '.join(names)}")
-    return 0
-
-
-def register(sub) -> None:
-    p = sub.add_parser("up", help="start workers, native routers and the shell router")
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--config",
         action="append",
@@ -240,8 +227,3 @@ def register(sub) -> None:
     p.add_argument("--dry-run", action="store_true", help="print the GPU placement; start nothing")
     add_placement_args(p)
     add_pin_cpus(p)
-    p.set_defaults(func=_cmd_up)
-
-    p = sub.add_parser("down", help="stop what `moa-pd up --detach` started")
-    p.add_argument("--run-dir", required=True)
-    p.set_defaults(func=_cmd_down)

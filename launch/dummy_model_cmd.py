@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 
-def _cmd_dummy_model(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from sglang_ext.engine.dummy_model import write_dummy_model
 
     out = Path(args.out)
@@ -34,14 +34,9 @@ def _cmd_dummy_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     from sglang_ext.engine.dummy_model import SHAPES
 
-    p = sub.add_parser(
-        "dummy-model",
-        help="write a shape-only model directory (random weights via --load-format dummy)",
-    )
     p.add_argument("--shape", required=True, choices=list(SHAPES), help="the architecture")
     p.add_argument("--out", required=True, help="the directory to write")
     p.add_argument("--force", action="store_true", help="write into a non-empty --out")
-    p.set_defaults(func=_cmd_dummy_model)

@@ -11,7 +11,7 @@ import logging
 from pathlib import Path
 from typing import IO
 
-from launch.procs import LaunchError
+from launch.procs import LaunchError, stop_groups
 from router.api_key import KEY_FILE
 from router.cluster import create_time
 
@@ -101,3 +101,13 @@ def processes_to_stop(run_dir: Path) -> list[dict]:
             f"{run_dir / PIDFILE} not found: nothing was started with --run-dir {run_dir}"
         )
     return alive(recorded(run_dir))
+
+
+def down_run_dir(run_dir: Path) -> list[str]:
+    """Stop the processes a detached `moa-pd up` recorded in run_dir that still run (a reused
+    pid is left alone); returns their names, none when the deployment was stopped already.
+    LaunchError for a folder no deployment ran in."""
+    rows = processes_to_stop(Path(run_dir))
+    stop_groups([row["pid"] for row in reversed(rows)])
+    mark_stopped(Path(run_dir))
+    return [r["name"] for r in rows]

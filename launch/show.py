@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
+import sys
+
 from router.config import TopologyConfig
+from router.config_loader import load_config
 from router.topology import layers, successors
 
 
@@ -37,3 +41,18 @@ def render_graph(cfg: TopologyConfig) -> str:
         f"slot order: {cfg.slot_order}"
     )
     return "\n".join(lines)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", nargs="?", metavar="CONFIG", help="a config file's path or a name")
+    p.add_argument("--config", dest="config_opt", metavar="CONFIG", help="the same, as an option")
+
+
+def main(args: argparse.Namespace) -> int:
+    if bool(args.config) == bool(args.config_opt):
+        print(
+            "error: name one config, as `moa-pd show CONFIG` or `--config CONFIG`", file=sys.stderr
+        )
+        return 2
+    print(render_graph(load_config(args.config or args.config_opt)))
+    return 0

@@ -30,7 +30,7 @@ from launch.procs import (
     wait_routable,
     write_pidfile,
 )
-from launch.run_dir import claim, mark_stopped, processes_to_stop
+from launch.run_dir import claim, mark_stopped
 from launch.worker_cmd import placement_flags, router_argv, worker_argv
 from planning.types import Placement
 from router.api_key import KEY_FILE, write_key_file
@@ -492,13 +492,3 @@ class Stack:
 
     def __exit__(self, *exc) -> None:
         self.down()
-
-
-def down_run_dir(run_dir: Path) -> list[str]:
-    """Stop the processes a detached `moa-pd up` recorded in run_dir that still run (a reused
-    pid is left alone); returns their names, none when the deployment was stopped already.
-    LaunchError for a folder no deployment ran in."""
-    rows = processes_to_stop(Path(run_dir))
-    stop_groups([row["pid"] for row in reversed(rows)])
-    mark_stopped(Path(run_dir))
-    return [r["name"] for r in rows]

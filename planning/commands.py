@@ -117,7 +117,7 @@ def print_placement(plan: Placement, console: Console | None = None) -> None:
         console.print(table)
 
 
-def _cmd_plan(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from router.config_loader import load_config
 
     if args.profile:
@@ -136,15 +136,9 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub) -> None:
+def add_arguments(p: argparse.ArgumentParser) -> None:
     from planning.plan_command import add_plan_args
 
-    p = sub.add_parser(
-        "plan",
-        help="place a deployment's SGLang workers on GPUs by memory and print it; with "
-        "--profile, solve placement and replication as a MILP over profiled costs",
-    )
     p.add_argument("--config", action="append", required=True, help="config (path or name)")
     add_placement_args(p)
     add_plan_args(p)
-    p.set_defaults(func=_cmd_plan)

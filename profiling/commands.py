@@ -116,7 +116,7 @@ def _profile(args: argparse.Namespace, target: Target) -> Profile:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
-def _cmd_profile(args: argparse.Namespace) -> int:
+def main(args: argparse.Namespace) -> int:
     from launch.gpus import has_nvidia_gpus
     from launch.procs import LaunchError
     from planning.model_memory import ModelConfigError
@@ -151,12 +151,7 @@ def _cmd_profile(args: argparse.Namespace) -> int:
     return 0
 
 
-def register(sub) -> None:
-    p = sub.add_parser(
-        "profile",
-        help="measure each model of a config on this machine (prefill, decode, PD cost)",
-        description=__doc__.splitlines()[0],
-    )
+def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", required=True, help="topology config (path or cfgs/ name)")
     p.add_argument("--backend", choices=["torch", "sglang"], default="torch")
     p.add_argument(
@@ -171,4 +166,3 @@ def register(sub) -> None:
     p.add_argument("--out", required=True, help="profile.json to write")
     p.add_argument("--seed", type=int, default=0, help="random prompt ids")
     add_knob_args(p)
-    p.set_defaults(func=_cmd_profile)

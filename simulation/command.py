@@ -21,17 +21,6 @@ from simulation.predict import deployment_for, simulate_setting, trace_rows
 WIDTH = 132
 
 
-def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser(
-        "simulate",
-        help="predict latency and throughput of settings on a deployment from a "
-        "profile (discrete-event simulation); --validate compares with measured runs",
-        description=__doc__,
-    )
-    add_arguments(p)
-    p.set_defaults(func=main)
-
-
 def _ints(text: str) -> list[int]:
     try:
         out = [int(x) for x in text.split(",") if x.strip()]

@@ -23,7 +23,7 @@ async def wait():
     print("ready", flush=True)
     await asyncio.sleep(60)
 
-def parser():
+def parser(load=None):
     p = argparse.ArgumentParser()
     p.set_defaults(func=lambda args: asyncio.run(wait()))
     return p

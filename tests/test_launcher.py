@@ -11,7 +11,8 @@ import pytest
 
 from launch.models import merge_models
 from launch.procs import LaunchError, ProcSpec, start, stop_group, wait_healthy
-from launch.stack import Stack, down_run_dir
+from launch.run_dir import down_run_dir
+from launch.stack import Stack
 from launch.worker_cmd import server_arg_flags, worker_argv
 from router.cluster import create_time
 from router.config import ModelSpec
