@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{ratio(r, 'greedy')} |"
         )
     (out / "bench_plan_sim.md").write_text("\n".join(md) + "\n")
-    Console().print("\n".join(md))
+    Console(soft_wrap=True).print("\n".join(md))
     return 0
 
 

@@ -24,7 +24,7 @@ def main(args: argparse.Namespace) -> int:
     from experiments.run import RunSpec, run_experiment
     from experiments.settings import parse_settings
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     out = Path(args.out)
     if out.exists():
         shutil.rmtree(out)  # a demo always starts fresh; real runs use `moa-pd run --resume`

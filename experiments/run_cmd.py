@@ -71,7 +71,7 @@ def main(args: argparse.Namespace) -> int:
     from experiments.run import FailFast, RunSpec, run_experiment
     from launch.procs import LaunchError
 
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     try:
         settings = parse_settings(args.settings)
         if args.concurrency < 1 or (args.num_samples is not None and args.num_samples < 1):

@@ -153,7 +153,7 @@ def print_table(
     summaries: Sequence[SettingSummary], console: Console | None = None, title: str = "MoA settings"
 ) -> None:
     if console is None:
-        console = Console()
+        console = Console(soft_wrap=True)
         if not console.is_terminal:  # a log file or pipe: do not squeeze to 80 columns
-            console = Console(width=200)
+            console = Console(width=200, soft_wrap=True)
     console.print(build_table(summaries, title))

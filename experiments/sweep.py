@@ -239,9 +239,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace, runner: Runner = run_with_experiments_run) -> int:
     spec = load_spec(args.spec)
     rows = run_sweep(spec, runner, resume=args.resume, fail_fast=args.fail_fast)
-    console = Console()
+    console = Console(soft_wrap=True)
     if not console.is_terminal:
-        console = Console(width=150)
+        console = Console(width=150, soft_wrap=True)
     console.print(build_table(rows))
     console.print(f"wrote {Path(spec.out) / 'sweep.csv'}")
     return 1 if any(r["status"] != "ok" for r in rows) else 0

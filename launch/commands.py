@@ -16,7 +16,7 @@ from planning.pool_need import pool_needs
 from router.api_key import ENV_VAR, KEY_FILE, key_from_env
 from router.config_loader import load_config, load_configs_by_name, resolve_config_path
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 
 def default_run_dir() -> Path:

@@ -112,7 +112,7 @@ def placement_for(configs: list[TopologyConfig], opts: PlacementOptions) -> Plac
 def print_placement(plan: Placement, console: Console | None = None) -> None:
     # At least as wide as the tables (~130 columns): a pipe or a narrow terminal would otherwise
     # cut worker names and numbers (a terminal wraps the long lines instead).
-    console = console or Console(width=max(Console().width, PLACEMENT_WIDTH))
+    console = console or Console(width=max(Console().width, PLACEMENT_WIDTH), soft_wrap=True)
     for table in placement_tables(plan):
         console.print(table)
 
@@ -130,7 +130,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         plan = placement_for(configs, PlacementOptions.from_args(args))
     except LaunchError as e:
-        Console(stderr=True).print(f"[red]error:[/red] {e}")
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {e}")
         return 2
     print_placement(plan)
     return 0

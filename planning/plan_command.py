@@ -68,7 +68,7 @@ def _cluster(args: argparse.Namespace, profile: Profile) -> Cluster:
 def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int:
     from router.config_loader import load_config
 
-    err = Console(stderr=True)
+    err = Console(stderr=True, soft_wrap=True)
     try:
         profile = Profile.load(args.profile)
     except (OSError, ValueError) as e:
@@ -93,7 +93,7 @@ def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int
     except PlanError as e:  # escaped: messages hold "N[xMEM]", which rich reads as markup
         err.print(f"[red]error:[/red] {escape(str(e))}")
         return 2
-    console = Console(width=max(Console().width, 132))
+    console = Console(width=max(Console().width, 132), soft_wrap=True)
     plan = scored[0].plan
     console.print(worker_table(plan))
     console.print(comparison_table(scored))

@@ -18,7 +18,7 @@ from profiling.measure import ModelProber, ProfileError
 from profiling.profile_file import Profile
 from profiling.run import Target, choose_models, decode_pool_tokens, pool_concurrency
 
-console = Console(stderr=True)
+console = Console(stderr=True, soft_wrap=True)
 
 
 def summary_table(profile: Profile) -> Table:
@@ -146,7 +146,7 @@ def main(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/red] {e}")
         return 1
     profile.dump(out)
-    Console(width=max(132, Console().width)).print(summary_table(profile))
+    Console(width=max(132, Console().width), soft_wrap=True).print(summary_table(profile))
     console.print(f"wrote {out}")
     return 0
 

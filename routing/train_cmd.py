@@ -124,7 +124,7 @@ def train(args: argparse.Namespace, embed: Embed | None = None) -> Scorer:
 
 
 def main(args: argparse.Namespace, embed: Embed | None = None) -> int:
-    console = Console(stderr=True)
+    console = Console(stderr=True, soft_wrap=True)
     try:
         scorer = train(args, embed)
     except (ValueError, RuntimeError) as e:  # OutcomesError, bad dataset or --heldout, embedder
@@ -136,7 +136,7 @@ def main(args: argparse.Namespace, embed: Embed | None = None) -> int:
     except OSError as e:
         console.print(f"[red]error:[/red] --out {args.out}: cannot write it ({e.strerror})")
         return 2
-    Console(width=max(Console().width, 100)).print(heldout_table(scorer))
+    Console(width=max(Console().width, 100), soft_wrap=True).print(heldout_table(scorer))
     n = scorer.trained_on["questions"]
     console.print(
         f"wrote {args.out}: {len(scorer.candidates)} candidates, weights refit on all {n} "

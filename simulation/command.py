@@ -67,7 +67,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    console = Console(width=max(WIDTH, Console().width))
+    console = Console(width=max(WIDTH, Console().width), soft_wrap=True)
     if args.validate:
         return validate.main(
             argparse.Namespace(profile=args.profile, runs=args.validate, concurrency=None)

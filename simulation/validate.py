@@ -176,7 +176,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    console = Console(width=max(132, Console().width))
+    console = Console(width=max(132, Console().width), soft_wrap=True)
     try:
         profile = Profile.load(args.profile)
         checks, ratios = [], []

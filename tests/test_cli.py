@@ -5,14 +5,18 @@ their messages are never hard-wrapped when stderr is not a terminal."""
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from launch.cli import COMMANDS, build_parser
 
+# The packages whose messages users read.
+PACKAGES = ("launch", "router", "routing", "planning", "profiling", "simulation", "experiments")
 HEAVY = ("torch", "transformers", "sentence_transformers", "scipy", "sklearn")
 
 # Runs `moa-pd ARGS...` in this interpreter, then prints which heavy modules it had imported.
@@ -95,3 +99,40 @@ def test_an_unknown_subcommand_is_named(capsys):
         build_parser([]).parse_args(["serve"])
     assert e.value.code == 2
     assert "invalid choice: 'serve'" in capsys.readouterr().err
+
+
+def _consoles_without_soft_wrap() -> list[str]:
+    """Every rich Console the code prints through, unless built with soft_wrap=True. Without it,
+    rich hard-wraps at 80 columns when the stream is no terminal (a log, a pipe, CI): a message
+    broken mid-phrase, which grep and tests then miss. `Console().width` (a probe of the
+    terminal's width, printing nothing) is allowed."""
+    root = Path(__file__).resolve().parents[1]
+    found = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(), filename=str(path))
+            probes = {
+                id(node.value)
+                for node in ast.walk(tree)
+                if isinstance(node, ast.Attribute) and node.attr == "width"
+            }
+            for node in ast.walk(tree):
+                if not (isinstance(node, ast.Call) and _named(node.func) == "Console"):
+                    continue
+                if id(node) in probes and not node.args and not node.keywords:
+                    continue
+                soft = any(
+                    k.arg == "soft_wrap" and isinstance(k.value, ast.Constant) and k.value.value
+                    for k in node.keywords
+                )
+                if not soft:
+                    found.append(f"{path.relative_to(root)}:{node.lineno}")
+    return found
+
+
+def _named(func: ast.expr) -> str | None:
+    return func.id if isinstance(func, ast.Name) else getattr(func, "attr", None)
+
+
+def test_every_console_soft_wraps():
+    assert _consoles_without_soft_wrap() == [], "add soft_wrap=True to these Console(...) calls"
