@@ -11,6 +11,7 @@ from synthetic_results import make_microbench_rows, make_rows
 from experiments import figures
 from experiments.results import ResultsWriter, validate_row
 from launch.cli import main as cli_main
+from tests.text_checks import said
 
 
 def _rows(**kw):
@@ -89,7 +90,7 @@ def test_moa_pd_plot_rebuilds_everything_from_results_jsonl(tmp_path, capsys):
     ):
         assert (tmp_path / name).stat().st_size > 0
     assert cli_main(["plot", str(tmp_path / "nowhere")]) == 2
-    assert "no such results file" in capsys.readouterr().err
+    assert "no such results file" in said(capsys.readouterr().err)
 
 
 def test_single_model_rows_get_their_own_bars_and_summary_lines(tmp_path):

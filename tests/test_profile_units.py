@@ -15,6 +15,7 @@ from profiling.measure import ModelRun, PrefillSample, ProfileError
 from profiling.profile_file import DecodePoint, Profile
 from profiling.run import choose_models, decode_pool_tokens, pool_concurrency
 from router.config_loader import load_config
+from tests.text_checks import said
 
 ANCHORS = Path(__file__).resolve().parent.parent / "profiling" / "anchors"
 
@@ -129,7 +130,7 @@ def test_committed_gpu_anchors_are_valid_round_trip_and_say_what_is_derived(card
 def test_cli_refuses_a_missing_config_and_an_unknown_model(tmp_path, capsys):
     out = str(tmp_path / "p.json")
     assert main(["profile", "--config", str(tmp_path / "nope.json"), "--out", out]) == 2
-    assert "no such config" in capsys.readouterr().err
+    assert "no such config" in said(capsys.readouterr().err)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
     assert main(["profile", "--config", str(bad), "--out", out]) == 2

@@ -13,6 +13,7 @@ from experiments.datasets import load_questions
 from experiments.results import read_results
 from experiments.run import FailFast, RunSpec, run_async
 from experiments.settings import parse_settings
+from tests.text_checks import said
 
 
 def fake_router(
@@ -346,7 +347,7 @@ def test_a_run_where_every_sample_failed_still_writes_rows_and_a_summary(tmp_pat
         "shell router answered 502: precursor leaf_0 failed": 2
     }
     assert not list(out.glob("*.png"))
-    err = capsys.readouterr().err
+    err = said(capsys.readouterr().err)
     assert "4 of 4 rows failed" in err and "--resume" in err and "moa-pd run --config" in err
 
 

@@ -11,6 +11,7 @@ from experiments import sweep
 from experiments.results import ResultsWriter
 from experiments.sweep_spec import spec_from_dict
 from router.config_loader import ConfigError, load_config
+from tests.text_checks import said
 
 
 def _spec(tmp_path, **kw):
@@ -136,4 +137,4 @@ def test_cli_wires_the_sweep_subcommand(tmp_path, capsys):
         )
     )
     assert cli_main(["sweep", str(spec_path)]) == 2
-    assert "unknown key 'setings'; did you mean 'settings'" in capsys.readouterr().err
+    assert "unknown key 'setings'; did you mean 'settings'" in said(capsys.readouterr().err)
