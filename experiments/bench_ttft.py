@@ -38,6 +38,7 @@ import aiohttp
 from experiments.bench_meta import BenchRun, device_name
 from experiments.microbench import LOW_TOKEN_ID, BenchError, flush
 from experiments.ttft_summary import CONDITIONS, PATHS, report, summarize
+from profiling.measure import model_vocab
 from router.cluster import ClusterSpec, load_cluster
 from router.pd import Deployment, PrefillTarget
 from router.sglang_client import WorkerError
@@ -72,20 +73,12 @@ def order(rep: int, paths: list[str]) -> list[tuple[str, str]]:
 
 
 def prompt_vocab(model_path: str, tokenizer_path: str) -> int:
-    """Random prompt ids stay below both the model's vocabulary and its tokenizer's (a shape-only
-    model may pair a 151k-row embedding with SmolLM2's 49k tokenizer)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    sizes = []
+    """Random prompt ids stay below both the model's vocabulary and its tokenizer's
+    (profiling.measure.model_vocab, which `moa-pd profile` uses too)."""
     try:
-        sizes.append(int(AutoConfig.from_pretrained(model_path).vocab_size))
-    except (OSError, ValueError, AttributeError) as e:
-        raise BenchError(f"cannot read the vocabulary size of model {model_path}: {e}") from None
-    try:
-        sizes.append(len(AutoTokenizer.from_pretrained(tokenizer_path or model_path)))
-    except (OSError, ValueError) as e:
-        raise BenchError(f"cannot load the tokenizer {tokenizer_path}: {e}") from None
-    return min(sizes)
+        return model_vocab(model_path, tokenizer_path)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
 
 
 def worker_timing(prefill: dict, decode_first: dict, decode_last: dict) -> dict[str, float]:
