@@ -31,7 +31,7 @@ _COMMANDS = (
     ),
     (
         "microbench",
-        "experiments.microbench",
+        "benchmarks.microbench",
         "Fig. 4(iii): aggregator latency, incremental prefill vs PD vs DP vs DP + chunked prefill",
     ),
     (

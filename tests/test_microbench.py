@@ -5,8 +5,8 @@ import argparse
 
 import pytest
 
-from experiments import microbench as mb
-from experiments.microbench_deploy import kv_tokens
+from benchmarks import microbench as mb
+from benchmarks.microbench_deploy import kv_tokens
 from planning.types import WorkerDemand, WorkerPlacement
 
 
@@ -70,7 +70,7 @@ def test_kv_pool_holds_two_sequences():
 def test_command_is_registered_with_cpu_defaults():
     from experiments.commands import _COMMANDS
 
-    assert ("microbench", "experiments.microbench") in [(c, m) for c, m, _ in _COMMANDS]
+    assert ("microbench", "benchmarks.microbench") in [(c, m) for c, m, _ in _COMMANDS]
     p = argparse.ArgumentParser()
     mb.add_arguments(p)
     args = p.parse_args(["--out", "x"])
@@ -89,7 +89,7 @@ def test_variants_must_be_known_and_include_the_pd_baseline():
 
 
 def test_sglang_workers_get_the_cpu_path_of_moa_pd_up_or_a_gpu(tmp_path):
-    from experiments.microbench_deploy import worker_spec
+    from benchmarks.microbench_deploy import worker_spec
     from sglang_ext.sglang_backend import cpu
 
     args = {"max_total_tokens": 2304, "context_length": 2048}

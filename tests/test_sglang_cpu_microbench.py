@@ -12,7 +12,7 @@ import sys
 import pytest
 from sglang_real import needs_sglang
 
-from experiments.microbench import sample_prompts, warm_prefix_lengths
+from benchmarks.microbench import sample_prompts, warm_prefix_lengths
 from launch.ports import port_in_use
 
 pytestmark = pytest.mark.sglang_cpu
@@ -22,7 +22,7 @@ MAX_LEN, CHUNK, SEED = 160, 32, 0  # a 99-token prompt: warm-ups of 32, 64, 96 t
 
 def test_microbench_on_sglang_cpu_hits_its_warmups(tmp_path):
     needs_sglang()
-    from experiments.microbench_deploy import vocab_size
+    from benchmarks.microbench_deploy import vocab_size
 
     prompt = sample_prompts(1, MAX_LEN, vocab_size("smollm2-135m"), SEED)[0]
     warmed = warm_prefix_lengths(len(prompt), CHUNK)

@@ -15,8 +15,8 @@ import sys
 import pytest
 from test_sglang_gpu import attention, gpu_model, gpus, sglang_case  # noqa: F401 (fixtures)
 
-from experiments.microbench import sample_prompts, warm_prefix_lengths
-from experiments.microbench_deploy import vocab_size
+from benchmarks.microbench import sample_prompts, warm_prefix_lengths
+from benchmarks.microbench_deploy import vocab_size
 from launch.ports import port_in_use
 from sglang_ext.sglang_backend import gpu as sglang_gpu
 

@@ -321,7 +321,7 @@ def default_variants(backend: str) -> tuple[str, ...]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from experiments.microbench_deploy import Deployment, vocab_size
+    from benchmarks.microbench_deploy import Deployment, vocab_size
     from experiments.plot_cmd import rebuild
     from launch.procs import LaunchError
 
