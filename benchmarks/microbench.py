@@ -1,8 +1,10 @@
-"""`moa-pd microbench`: Fig. 4(iii), second-layer aggregator latency on random-token prompts for
-incremental prefill vs plain PD vs two data-parallel replicas (± chunked prefill). Brings up its
-own deployment (the reference engine, or real SGLang with --backend sglang: on GPUs, or on
-SGLang's CPU path without one), writes D/microbench.jsonl and fig_microbench.png. Called by
-`moa-pd`."""
+"""Fig. 4(iii), second-layer aggregator latency on random-token prompts for incremental prefill
+vs plain PD vs two data-parallel replicas (± chunked prefill). Brings up its own deployment (the
+reference engine, or real SGLang with --backend sglang: on GPUs, or on SGLang's CPU path without
+one), writes D/microbench.jsonl and fig_microbench.png (`moa-pd plot D` redraws it).
+
+    python -m benchmarks.microbench --out D [--backend sglang] [--variants incremental,pd]
+"""
 
 from __future__ import annotations
 
@@ -329,8 +331,9 @@ def main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.backend == "sglang" and importlib.util.find_spec("sglang") is None:
         print(
-            "error: --backend sglang needs real SGLang in this venv; run .venv-sglang/bin/moa-pd "
-            "(built by `make test-sglang`) or install '.[sglang]' on a GPU node",
+            "error: --backend sglang needs real SGLang in this venv; run it with "
+            ".venv-sglang/bin/python (built by `make test-sglang`) or install '.[sglang]' on a "
+            "GPU node",
             file=sys.stderr,
         )
         return 2
@@ -365,3 +368,13 @@ def main(args: argparse.Namespace) -> int:
     for path in rebuild(out, print_table=False):
         print(f"wrote {path}")
     return 0
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.microbench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    sys.exit(main(parser.parse_args()))

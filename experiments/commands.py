@@ -30,11 +30,6 @@ _COMMANDS = (
         "run configs x datasets x settings x chunk policies from a spec; write sweep.csv",
     ),
     (
-        "microbench",
-        "benchmarks.microbench",
-        "Fig. 4(iii): aggregator latency, incremental prefill vs PD vs DP vs DP + chunked prefill",
-    ),
-    (
         "train-scorer",
         "routing.train_cmd",
         "fit the routing scorer (scorer.json) on setting-#5 runs; print its held-out AUC and Brier",

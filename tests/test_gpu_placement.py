@@ -454,8 +454,8 @@ def test_up_dry_run_prints_the_plan_and_starts_nothing(pair_8b, tmp_path, monkey
 
 
 def test_the_microbench_packs_its_workers_onto_one_gpu(tmp_path, monkeypatch):
-    """`moa-pd microbench --backend sglang` on one GPU: its four workers share it in turns, each
-    with the benchmark's own pool."""
+    """`python -m benchmarks.microbench --backend sglang` on one GPU: its four workers share it in
+    turns, each with the benchmark's own pool."""
     from benchmarks.microbench_deploy import Deployment, worker_spec
 
     fake_nvidia_smi(monkeypatch, tmp_path, 1, free_mib=140000)

@@ -1,7 +1,8 @@
-"""`moa-pd microbench --backend sglang` on real SGLang's CPU path (marker `sglang_cpu`, run by
-`make test-sglang`): the command starts a PD pair of real SGLang workers behind the sglang-router
-with the CPU flags `moa-pd up --backend sglang` uses, and its incremental variant's warm-ups are
-hit by the final request. Kept small: one prompt, two output tokens, two variants."""
+"""`python -m benchmarks.microbench --backend sglang` on real SGLang's CPU path (marker
+`sglang_cpu`, run by `make test-sglang`): the command starts a PD pair of real SGLang workers
+behind the sglang-router with the CPU flags `moa-pd up --backend sglang` uses, and its incremental
+variant's warm-ups are hit by the final request. Kept small: one prompt, two output tokens, two
+variants."""
 
 from __future__ import annotations
 
@@ -30,9 +31,8 @@ def test_microbench_on_sglang_cpu_hits_its_warmups(tmp_path):
     out = tmp_path / "mb"
     cmd = [
         sys.executable,
-        "-c",
-        "import sys; from launch.cli import main; sys.exit(main())",
-        "microbench",
+        "-m",
+        "benchmarks.microbench",
         "--backend",
         "sglang",
         "--out",

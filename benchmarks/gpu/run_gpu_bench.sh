@@ -187,7 +187,7 @@ stage_ttft() {
 stage_microbench() {
     local dir=$WORK/microbench
     rm -rf "$dir"
-    timeout "$(cap 560)" "$PYTHON" -m launch.cli microbench --backend "$BACKEND" --model-path "$MB_MODEL" \
+    timeout "$(cap 560)" "$PYTHON" -m benchmarks.microbench --backend "$BACKEND" --model-path "$MB_MODEL" \
         --variants incremental,pd --num-prompts "$MB_PROMPTS" --max-len "$MB_MAX_LEN" \
         --output-len 32 --out "$dir" | tee "$dir.txt" || status=$?
     cp "$dir.txt" "$OUT/microbench_table.txt" 2>/dev/null || true
