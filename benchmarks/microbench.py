@@ -13,6 +13,7 @@ import asyncio
 import importlib.util
 import json
 import random
+import signal
 import statistics
 import sys
 import time
@@ -370,11 +371,22 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-if __name__ == "__main__":
+def cli(argv: list[str] | None = None) -> int:
+    """`python -m benchmarks.microbench`, with the flags it had as `moa-pd microbench`. As under
+    `moa-pd`, SIGTERM (`timeout`, the end of a job) stops it the way Ctrl-C does, so its workers
+    are stopped, not left running."""
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.microbench",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_arguments(parser)
-    sys.exit(main(parser.parse_args()))
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # `cmd &` in a shell without job control
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    return main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -1,7 +1,8 @@
 """The microbench's pure parts: prompt sampling, warm-up chunking, row schema, normalization to PD,
-and the command registration. No worker is started."""
+and its command line. No worker is started."""
 
 import argparse
+import signal
 
 import pytest
 
@@ -76,6 +77,21 @@ def test_cli_is_its_own_with_cpu_defaults():
     mb.add_arguments(p)
     args = p.parse_args(["--out", "x"])
     assert (args.num_prompts, args.output_len, args.max_len) == (12, 32, 1024)
+
+
+def test_cli_passes_its_flags_to_main_and_stops_on_sigterm_as_on_ctrl_c(monkeypatch):
+    seen = []
+    monkeypatch.setattr(mb, "main", lambda args: seen.append(args) or 0)
+    term, intr = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        assert mb.cli(["--out", "x", "--variants", "pd", "--backend", "sglang"]) == 0
+        assert (seen[0].out, seen[0].variants, seen[0].backend) == ("x", ("pd",), "sglang")
+        with pytest.raises(KeyboardInterrupt):  # the Deployment's __exit__ stops its workers
+            signal.raise_signal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, term)
+        signal.signal(signal.SIGINT, intr)
 
 
 def test_variants_must_be_known_and_include_the_pd_baseline():
