@@ -1,7 +1,7 @@
 """Where a PD request's time to first token goes, from the workers' own meta_info timings (SGLang's
 names, `--enable-metrics`; the reference engine reports the same). Called by summary.py (the
 median per part of the critical path), timeline.py (each request's prefill bar split) and
-ttft_summary.py (the TTFT benchmark's median per part).
+benchmarks/ttft_summary.py (the TTFT benchmark's median per part).
 
 A request's TTFT, from the router sending it (`final_request_s`) to its first token arriving
 (`first_token_s`), is cut at five points the workers report, each in the session's seconds:

@@ -91,6 +91,24 @@ def random_prompt(rng: random.Random, length: int, vocab: int) -> list[int]:
     return [rng.randrange(LOW_TOKEN_ID, vocab) for _ in range(length)]
 
 
+def model_vocab(model_path: str, tokenizer_path: str) -> int:
+    """The smaller of the model's vocabulary and its tokenizer's: random prompt ids stay below
+    both (a shape-only model may pair a 151k-row embedding with SmolLM2's 49k tokenizer).
+    ValueError names what could not be read. The TTFT benchmark uses it too."""
+    from transformers import AutoConfig, AutoTokenizer
+
+    sizes = []
+    try:
+        sizes.append(int(AutoConfig.from_pretrained(model_path).vocab_size))
+    except (OSError, ValueError, AttributeError) as e:
+        raise ValueError(f"cannot read the vocabulary size of model {model_path}: {e}") from None
+    try:
+        sizes.append(len(AutoTokenizer.from_pretrained(tokenizer_path or model_path)))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"cannot load the tokenizer {tokenizer_path}: {e}") from None
+    return min(sizes)
+
+
 def _span(meta: dict) -> float | None:
     start, end = meta.get(P.FORWARD_ENTRY_TIME), meta.get(P.PREFILL_FINISHED_TIME)
     if isinstance(start, (int, float)) and isinstance(end, (int, float)) and end > start:

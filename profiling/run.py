@@ -14,7 +14,7 @@ from planning.model_memory import model_memory
 from planning.pool_need import pool_needs
 from profiling.knobs import Knobs
 from profiling.machine import device_info, host, now_utc, versions
-from profiling.measure import LOW_TOKEN_ID, ModelProber, ModelRun, ProfileError
+from profiling.measure import LOW_TOKEN_ID, ModelProber, ModelRun, ProfileError, model_vocab
 from profiling.profile_file import ModelProfile, Profile
 from router.cluster import ClusterSpec
 from router.config import TopologyConfig
@@ -74,12 +74,9 @@ def pool_concurrency(config: TopologyConfig, models: list[str], tokens: int) -> 
 def prompt_vocab(model_path: str, tokenizer_path: str) -> int:
     """Random prompt ids stay below both the model's vocabulary and its tokenizer's (a shape-only
     model pairs a 151k-row embedding with SmolLM2's 49k tokenizer)."""
-    from experiments.bench_ttft import prompt_vocab as vocab_of
-    from experiments.microbench import BenchError
-
     try:
-        vocab = vocab_of(model_path, tokenizer_path)
-    except BenchError as e:
+        vocab = model_vocab(model_path, tokenizer_path)
+    except ValueError as e:
         raise ProfileError(str(e)) from None
     if vocab <= LOW_TOKEN_ID:
         raise ProfileError(f"model {model_path}: vocabulary of {vocab} is too small for prompts")

@@ -137,7 +137,7 @@ class ClusterSpec(_Tolerant):
     # (benchmarks compare the two on the same workers).
     priority_scheduling: bool | None = None
     # The router's own isolation of warm-ups (router/prefill_gate.py); off only to measure what
-    # it buys (experiments/bench_gate_ladder.py).
+    # it buys (benchmarks/bench_gate_ladder.py).
     warmup_gate: bool = True
     # Compute devices the workers share, by name: how many busy workers each runs at full speed
     # (its cores on a CPU, 1 on a GPU). With `warmup_gate_scope` "device" a warm-up also waits

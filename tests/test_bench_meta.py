@@ -1,11 +1,11 @@
 """A benchmark report names the command that reproduces it and the load around it."""
 
-from experiments.bench_meta import BenchRun, provenance
+from benchmarks.bench_meta import BenchRun, provenance
 
 
 def test_command_is_the_module_and_its_quoted_arguments():
-    bench = BenchRun("experiments.bench_overlap", argv=["--config", "my tree.json", "--pin-cpus"])
-    assert bench.command == "python -m experiments.bench_overlap --config 'my tree.json' --pin-cpus"
+    bench = BenchRun("benchmarks.bench_overlap", argv=["--config", "my tree.json", "--pin-cpus"])
+    assert bench.command == "python -m benchmarks.bench_overlap --config 'my tree.json' --pin-cpus"
     assert BenchRun("experiments.x", argv=[]).command == "python -m experiments.x"
 
 

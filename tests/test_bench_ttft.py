@@ -7,8 +7,8 @@ import stat
 
 import pytest
 
-from experiments.bench_meta import device_name
-from experiments.bench_ttft import (
+from benchmarks.bench_meta import device_name
+from benchmarks.bench_ttft import (
     BenchError,
     order,
     parse_ints,
@@ -16,7 +16,7 @@ from experiments.bench_ttft import (
     pick_model,
     worker_timing,
 )
-from experiments.ttft_summary import format_table, summarize
+from benchmarks.ttft_summary import format_table, summarize
 from router.cluster import ClusterSpec
 
 
@@ -161,7 +161,7 @@ def test_bench_against_a_running_pd_pair_times_both_paths_and_hits_the_warmup(st
     cached, warm ones find the warm-up's whole-page prefix, raw meta_info kept."""
     import json
 
-    from experiments.bench_ttft import main
+    from benchmarks.bench_ttft import main
 
     cluster = {
         "backend": "torch",

@@ -15,8 +15,17 @@ import pytest
 
 from launch.cli import COMMANDS, build_parser
 
-# The packages whose messages users read.
-PACKAGES = ("launch", "router", "routing", "planning", "profiling", "simulation", "experiments")
+# The packages whose messages people read.
+PACKAGES = (
+    "launch",
+    "router",
+    "routing",
+    "planning",
+    "profiling",
+    "simulation",
+    "experiments",
+    "benchmarks",
+)
 HEAVY = ("torch", "transformers", "sentence_transformers", "scipy", "sklearn")
 
 # Runs `moa-pd ARGS...` in this interpreter, then prints which heavy modules it had imported.

@@ -454,9 +454,9 @@ def test_up_dry_run_prints_the_plan_and_starts_nothing(pair_8b, tmp_path, monkey
 
 
 def test_the_microbench_packs_its_workers_onto_one_gpu(tmp_path, monkeypatch):
-    """`moa-pd microbench --backend sglang` on one GPU: its four workers share it in turns, each
-    with the benchmark's own pool."""
-    from experiments.microbench_deploy import Deployment, worker_spec
+    """`python -m benchmarks.microbench --backend sglang` on one GPU: its four workers share it in
+    turns, each with the benchmark's own pool."""
+    from benchmarks.microbench_deploy import Deployment, worker_spec
 
     fake_nvidia_smi(monkeypatch, tmp_path, 1, free_mib=140000)
     model = qwen3_dir(tmp_path, "qwen3-4b")
@@ -478,7 +478,7 @@ def test_the_microbench_restarts_on_a_stolen_port_and_checks_pools(tmp_path, mon
     """Deployment.up with a recorder in place of process starts: a worker whose port another
     process took starts again with new ports (the router gets them), the router is waited on
     until it routes, and a placed worker whose pool came up short fails the start."""
-    import experiments.microbench_deploy as md
+    import benchmarks.microbench_deploy as md
     from launch import pool_check, ports
 
     fake_nvidia_smi(monkeypatch, tmp_path, 1, free_mib=140000)

@@ -1,12 +1,13 @@
 """The microbench's pure parts: prompt sampling, warm-up chunking, row schema, normalization to PD,
-and the command registration. No worker is started."""
+and its command line. No worker is started."""
 
 import argparse
+import signal
 
 import pytest
 
-from experiments import microbench as mb
-from experiments.microbench_deploy import kv_tokens
+from benchmarks import microbench as mb
+from benchmarks.microbench_deploy import kv_tokens
 from planning.types import WorkerDemand, WorkerPlacement
 
 
@@ -67,14 +68,30 @@ def test_kv_pool_holds_two_sequences():
     assert kv_tokens(1056) == 2304 and kv_tokens(1056) >= 2 * 1056
 
 
-def test_command_is_registered_with_cpu_defaults():
-    from experiments.commands import _COMMANDS
+def test_cli_is_its_own_with_cpu_defaults():
+    from launch.cli import COMMANDS
 
-    assert ("microbench", "experiments.microbench") in [(c, m) for c, m, _ in _COMMANDS]
+    # `python -m benchmarks.microbench`, not a `moa-pd` subcommand: the product never imports it.
+    assert "microbench" not in COMMANDS
     p = argparse.ArgumentParser()
     mb.add_arguments(p)
     args = p.parse_args(["--out", "x"])
     assert (args.num_prompts, args.output_len, args.max_len) == (12, 32, 1024)
+
+
+def test_cli_passes_its_flags_to_main_and_stops_on_sigterm_as_on_ctrl_c(monkeypatch):
+    seen = []
+    monkeypatch.setattr(mb, "main", lambda args: seen.append(args) or 0)
+    term, intr = signal.getsignal(signal.SIGTERM), signal.getsignal(signal.SIGINT)
+    try:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        assert mb.cli(["--out", "x", "--variants", "pd", "--backend", "sglang"]) == 0
+        assert (seen[0].out, seen[0].variants, seen[0].backend) == ("x", ("pd",), "sglang")
+        with pytest.raises(KeyboardInterrupt):  # the Deployment's __exit__ stops its workers
+            signal.raise_signal(signal.SIGTERM)
+    finally:
+        signal.signal(signal.SIGTERM, term)
+        signal.signal(signal.SIGINT, intr)
 
 
 def test_variants_must_be_known_and_include_the_pd_baseline():
@@ -89,7 +106,7 @@ def test_variants_must_be_known_and_include_the_pd_baseline():
 
 
 def test_sglang_workers_get_the_cpu_path_of_moa_pd_up_or_a_gpu(tmp_path):
-    from experiments.microbench_deploy import worker_spec
+    from benchmarks.microbench_deploy import worker_spec
     from sglang_ext.sglang_backend import cpu
 
     args = {"max_total_tokens": 2304, "context_length": 2048}

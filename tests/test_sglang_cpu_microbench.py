@@ -1,7 +1,8 @@
-"""`moa-pd microbench --backend sglang` on real SGLang's CPU path (marker `sglang_cpu`, run by
-`make test-sglang`): the command starts a PD pair of real SGLang workers behind the sglang-router
-with the CPU flags `moa-pd up --backend sglang` uses, and its incremental variant's warm-ups are
-hit by the final request. Kept small: one prompt, two output tokens, two variants."""
+"""`python -m benchmarks.microbench --backend sglang` on real SGLang's CPU path (marker
+`sglang_cpu`, run by `make test-sglang`): the command starts a PD pair of real SGLang workers
+behind the sglang-router with the CPU flags `moa-pd up --backend sglang` uses, and its incremental
+variant's warm-ups are hit by the final request. Kept small: one prompt, two output tokens, two
+variants."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 import pytest
 from sglang_real import needs_sglang
 
-from experiments.microbench import sample_prompts, warm_prefix_lengths
+from benchmarks.microbench import sample_prompts, warm_prefix_lengths
 from launch.ports import port_in_use
 
 pytestmark = pytest.mark.sglang_cpu
@@ -22,7 +23,7 @@ MAX_LEN, CHUNK, SEED = 160, 32, 0  # a 99-token prompt: warm-ups of 32, 64, 96 t
 
 def test_microbench_on_sglang_cpu_hits_its_warmups(tmp_path):
     needs_sglang()
-    from experiments.microbench_deploy import vocab_size
+    from benchmarks.microbench_deploy import vocab_size
 
     prompt = sample_prompts(1, MAX_LEN, vocab_size("smollm2-135m"), SEED)[0]
     warmed = warm_prefix_lengths(len(prompt), CHUNK)
@@ -30,9 +31,8 @@ def test_microbench_on_sglang_cpu_hits_its_warmups(tmp_path):
     out = tmp_path / "mb"
     cmd = [
         sys.executable,
-        "-c",
-        "import sys; from launch.cli import main; sys.exit(main())",
-        "microbench",
+        "-m",
+        "benchmarks.microbench",
         "--backend",
         "sglang",
         "--out",

@@ -22,7 +22,7 @@ import pytest
 from sglang_real import deployment_cluster, greedy, pool_tokens, router_warmup
 from test_sglang_gpu import attention, dummy_model_dir, gpus, sglang_case  # noqa: F401
 
-from experiments.gpu.fit_config import fit
+from benchmarks.gpu.fit_config import fit
 from experiments.results import read_results
 from launch.gpus import query_gpus
 from launch.ports import port_in_use

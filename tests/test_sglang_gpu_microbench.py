@@ -1,10 +1,11 @@
-"""`moa-pd microbench --backend sglang` on GPUs (marker `gpu`, issue 12 item 5: the validation
-must run the microbench on SGLang, not only on the reference engine). A module of its own, so the
-PD pair of tests/test_sglang_gpu.py has given its GPUs back before this one starts workers on
-them. The same command and checks as tests/test_sglang_cpu_microbench.py, which runs them on
-SGLang's CPU path in CI; here the workers run on the GPUs the launcher places them on -- with one
-GPU, both on it (issue 19) -- with MOA_PD_GPU_MODEL's weights or, by default, the Qwen3-8B shape
-with random weights ('dummy:qwen3-8b', which the microbench loads with --load-format dummy)."""
+"""`python -m benchmarks.microbench --backend sglang` on GPUs (marker `gpu`, issue 12 item 5: the
+validation must run the microbench on SGLang, not only on the reference engine). A module of its
+own, so the PD pair of tests/test_sglang_gpu.py has given its GPUs back before this one starts
+workers on them. The same command and checks as tests/test_sglang_cpu_microbench.py, which runs
+them on SGLang's CPU path in CI; here the workers run on the GPUs the launcher places them on --
+with one GPU, both on it (issue 19) -- with MOA_PD_GPU_MODEL's weights or, by default, the
+Qwen3-8B shape with random weights ('dummy:qwen3-8b', which the microbench loads with
+--load-format dummy)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import sys
 import pytest
 from test_sglang_gpu import attention, gpu_model, gpus, sglang_case  # noqa: F401 (fixtures)
 
-from experiments.microbench import sample_prompts, warm_prefix_lengths
-from experiments.microbench_deploy import vocab_size
+from benchmarks.microbench import sample_prompts, warm_prefix_lengths
+from benchmarks.microbench_deploy import vocab_size
 from launch.ports import port_in_use
 from sglang_ext.sglang_backend import gpu as sglang_gpu
 
@@ -31,9 +32,8 @@ def test_microbench_on_sglang_gpus_hits_its_warmups(gpus, gpu_model, attention, 
     out = tmp_path / "mb"
     cmd = [
         sys.executable,
-        "-c",
-        "import sys; from launch.cli import main; sys.exit(main())",
-        "microbench",
+        "-m",
+        "benchmarks.microbench",
         "--backend",
         "sglang",
         "--model-path",

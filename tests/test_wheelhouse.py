@@ -6,7 +6,7 @@ import zipfile
 
 import pytest
 
-from experiments.gpu.fit_config import fit, parse_map
+from benchmarks.gpu.fit_config import fit, parse_map
 from launch import wheelhouse
 from launch.wheelhouse import (
     WheelhouseError,

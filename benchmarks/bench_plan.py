@@ -4,7 +4,7 @@
 concurrency Q; throughput (questions ÷ a round's wall time) and median latency ratios, each
 variant's measured numbers beside the simulator's prediction for it.
 
-    python -m experiments.bench_plan --config tree_9_3_1_cpu --cpus 2 --concurrency 8 \
+    python -m benchmarks.bench_plan --config tree_9_3_1_cpu --cpus 2 --concurrency 8 \
         --profile profiling/measured/cpu_2core_torch.json --rounds 2 --out runs/bench_plan
 """
 

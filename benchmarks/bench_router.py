@@ -9,7 +9,7 @@ in one run, medians over repetitions.
   (d) adaptive vs fixed 8/32/128-token chunks on (b)
 
 Usage: moa-pd up cfgs/tree_3_1_cpu.json --backend torch   (writes runs/.../cluster.json)
-       python -m experiments.bench_router --cluster runs/.../cluster.json [--reps 3]
+       python -m benchmarks.bench_router --cluster runs/.../cluster.json [--reps 3]
 `--stagger S` starts precursor i S*i seconds late, as slower models would finish later.
 """
 

@@ -1,4 +1,4 @@
-"""The TTFT benchmark's summary (experiments/bench_ttft.py): per (path, prompt length) the median
+"""The TTFT benchmark's summary (benchmarks/bench_ttft.py): per (path, prompt length) the median
 TTFT cold and warm, what the warm-up saved, and where the TTFT went (experiments/pd_breakdown.py's
 parts of each request, `sent_unix` its time origin); and ttft.md's table of it all."""
 
@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import statistics
 
-from experiments.bench_meta import provenance
+from benchmarks.bench_meta import provenance
 from experiments.pd_breakdown import COMPONENTS, UNATTRIBUTED, UNKNOWN, median_parts
 from experiments.pd_breakdown import request_breakdown as agent_breakdown
 from experiments.results import AgentTrace

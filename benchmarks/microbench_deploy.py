@@ -1,6 +1,6 @@
 """The deployments the benchmarks bring up themselves: worker specs of either backend, and
 `Deployment` (a PD pair behind the native sglang-router, two null-mode replicas, two more with
-chunked prefill). Used by experiments/microbench.py, bench_engine.py and bench_sglang_cpu.py;
+chunked prefill). Used by benchmarks/microbench.py, bench_engine.py and bench_sglang_cpu.py;
 command lines come from launch.worker_cmd (and sglang_backend/cpu.py for SGLang without a GPU),
 as for `moa-pd up`; processes start and stop through launch.procs."""
 

@@ -2,7 +2,7 @@
 fixed concurrency through the shell router, sample the RSS of every process it started, and
 report each process's growth after warm-up. A leak shows as RSS that keeps climbing.
 
-    python -m experiments.soak --config tree_3_1_cpu --requests 1000 --concurrency 8 \
+    python -m benchmarks.soak --config tree_3_1_cpu --requests 1000 --concurrency 8 \
         --max-tokens 8 --out runs/soak [--api-key]
 
 `--api-key` runs the deployment behind an API key (MOA_PD_API_KEY's, else a random one) and
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     from launch.commands import make_stack
     from router.config_loader import load_config, resolve_config_path
 
-    ap = argparse.ArgumentParser(prog="python -m experiments.soak", description=__doc__)
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.soak", description=__doc__)
     ap.add_argument("--config", default="tree_3_1_cpu")
     ap.add_argument("--requests", type=int, default=1000)
     ap.add_argument("--concurrency", type=int, default=8)
@@ -215,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     report["warmup_requests"] = int(args.warmup_share * args.requests)
     report["api_key"] = bool(key)
     report["loadavg_before"], report["loadavg_after"] = load_before, os.getloadavg()
-    report["command"] = shlex.join(["python", "-m", "experiments.soak", *(argv or sys.argv[1:])])
+    report["command"] = shlex.join(["python", "-m", "benchmarks.soak", *(argv or sys.argv[1:])])
     (out / "soak.json").write_text(json.dumps({**report, "samples": sampler.samples}, indent=1))
     print(json.dumps(report, indent=2))
     return 0

@@ -1,6 +1,6 @@
 """Times one request's KV transfer over NIXL between two processes, through the engine's own
 KVManager / KVSender / KVReceiver: this process is prefill, a spawned child is decode. Used by
-experiments/bench_engine.py for goal (d)."""
+benchmarks/bench_engine.py for goal (d)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 completion of a 3- and a 9-agent cluster, on 256-token outputs. Prints a markdown table for
 docs/benchmarks.md.
 
-    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python -m experiments.bench_early_exit
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python -m benchmarks.bench_early_exit
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ Reports the median of per-question ratios pinned ÷ unpinned (with a 95% bootstr
 end-to-end latency and the last leaf's end, and whether both gave the same tokens. Writes
 OUT/results_{pinned,unpinned}.jsonl and OUT/bench_placement.md.
 
-    OMP_NUM_THREADS=1 python -m experiments.bench_placement --num-samples 10 --offset 400 \
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_placement --num-samples 10 --offset 400 \
         --out runs/bench_placement
 """
 
@@ -19,8 +19,8 @@ import asyncio
 import os
 from pathlib import Path
 
-from experiments.bench_meta import BenchRun, cpu_device, provenance
-from experiments.bench_overlap import PIPELINED, fmt_ci, last_leaf_end, log, run_one
+from benchmarks.bench_meta import BenchRun, cpu_device, provenance
+from benchmarks.bench_overlap import PIPELINED, fmt_ci, last_leaf_end, log, run_one
 from experiments.datasets import Question, load_questions
 from experiments.results import ResultsWriter, read_results
 from experiments.router_client import RouterClient
@@ -107,7 +107,7 @@ def main() -> None:
         (out / f"results_{v}.jsonl").unlink(missing_ok=True)
     cfg = load_config(args.config)
     questions = load_questions(args.dataset, args.offset + args.num_samples)[args.offset :]
-    bench = BenchRun("experiments.bench_placement")
+    bench = BenchRun("benchmarks.bench_placement")
     stacks = {
         v: make_stack(
             [args.config], "torch", out / f"deploy_{v}", "127.0.0.1", pin_cpus=v == "pinned"

@@ -14,7 +14,7 @@ Reports, per rung, the leaves' first-token time (the last leaf's), the last leaf
 warm-ups slowed decoding) and end-to-end latency as medians of per-question ratios to #2. Writes
 OUT/ladder.jsonl and OUT/bench_gate_ladder.md.
 
-    OMP_NUM_THREADS=1 python -m experiments.bench_gate_ladder --num-samples 6 --offset 400 \
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_gate_ladder --num-samples 6 --offset 400 \
         --out runs/bench_ladder
 """
 
@@ -30,8 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.bench_meta import BenchRun, provenance
-from experiments.bench_overlap import log
+from benchmarks.bench_meta import BenchRun, provenance
+from benchmarks.bench_overlap import log
 from experiments.datasets import load_questions
 from experiments.paired_stats import median_ci
 from experiments.prompts import build_question_prompt
@@ -187,7 +187,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     config = priority_config(args.config, out)
     questions = load_questions("gsm8k", args.offset + args.num_samples)[args.offset :]
-    bench = BenchRun("experiments.bench_gate_ladder")
+    bench = BenchRun("benchmarks.bench_gate_ladder")
     stack = make_stack([str(config)], "torch", out / "deploy", "127.0.0.1")
     procs = []
     try:

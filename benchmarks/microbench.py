@@ -1,8 +1,10 @@
-"""`moa-pd microbench`: Fig. 4(iii), second-layer aggregator latency on random-token prompts for
-incremental prefill vs plain PD vs two data-parallel replicas (± chunked prefill). Brings up its
-own deployment (the reference engine, or real SGLang with --backend sglang: on GPUs, or on
-SGLang's CPU path without one), writes D/microbench.jsonl and fig_microbench.png. Called by
-`moa-pd`."""
+"""Fig. 4(iii), second-layer aggregator latency on random-token prompts for incremental prefill
+vs plain PD vs two data-parallel replicas (± chunked prefill). Brings up its own deployment (the
+reference engine, or real SGLang with --backend sglang: on GPUs, or on SGLang's CPU path without
+one), writes D/microbench.jsonl and fig_microbench.png (`moa-pd plot D` redraws it).
+
+    python -m benchmarks.microbench --out D [--backend sglang] [--variants incremental,pd]
+"""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import asyncio
 import importlib.util
 import json
 import random
+import signal
 import statistics
 import sys
 import time
@@ -321,7 +324,7 @@ def default_variants(backend: str) -> tuple[str, ...]:
 
 
 def main(args: argparse.Namespace) -> int:
-    from experiments.microbench_deploy import Deployment, vocab_size
+    from benchmarks.microbench_deploy import Deployment, vocab_size
     from experiments.plot_cmd import rebuild
     from launch.procs import LaunchError
 
@@ -329,8 +332,9 @@ def main(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True)
     if args.backend == "sglang" and importlib.util.find_spec("sglang") is None:
         print(
-            "error: --backend sglang needs real SGLang in this venv; run .venv-sglang/bin/moa-pd "
-            "(built by `make test-sglang`) or install '.[sglang]' on a GPU node",
+            "error: --backend sglang needs real SGLang in this venv; run it with "
+            ".venv-sglang/bin/python (built by `make test-sglang`) or install '.[sglang]' on a "
+            "GPU node",
             file=sys.stderr,
         )
         return 2
@@ -365,3 +369,24 @@ def main(args: argparse.Namespace) -> int:
     for path in rebuild(out, print_table=False):
         print(f"wrote {path}")
     return 0
+
+
+def cli(argv: list[str] | None = None) -> int:
+    """`python -m benchmarks.microbench`, with the flags it had as `moa-pd microbench`. As under
+    `moa-pd`, SIGTERM (`timeout`, the end of a job) stops it the way Ctrl-C does, so its workers
+    are stopped, not left running."""
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.microbench",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # `cmd &` in a shell without job control
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+    return main(args)
+
+
+if __name__ == "__main__":
+    sys.exit(cli())

@@ -15,7 +15,7 @@ core from the engine being measured; pausing keeps any leftover idle work out to
 
 Run it in .venv-sglang (it needs sglang), alone on the machine:
 
-    .venv-sglang/bin/python -m experiments.bench_sglang_cpu --reps 5 --out runs/bench_sglang_cpu
+    .venv-sglang/bin/python -m benchmarks.bench_sglang_cpu --reps 5 --out runs/bench_sglang_cpu
 """
 
 from __future__ import annotations
@@ -36,8 +36,8 @@ from pathlib import Path
 import aiohttp
 import psutil
 
-from experiments.bench_engine import random_prompts, uptime
-from experiments.microbench import BenchError, flush, generate_body, post_json, stream_generate
+from benchmarks.bench_engine import random_prompts, uptime
+from benchmarks.microbench import BenchError, flush, generate_body, post_json, stream_generate
 from sglang_ext import protocol as P
 
 # engine name -> backend of launch.worker_cmd.worker_argv
@@ -234,7 +234,7 @@ def report(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.bench_sglang_cpu", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.bench_sglang_cpu", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("--out", default="runs/bench_sglang_cpu")
     p.add_argument("--reps", type=int, default=5)
@@ -254,7 +254,7 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    from experiments.microbench_deploy import base_url, resolve, vocab_size, worker_spec
+    from benchmarks.microbench_deploy import base_url, resolve, vocab_size, worker_spec
     from launch.procs import start, stop_groups, wait_healthy
 
     out = Path(a.out)
@@ -278,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         [
             ".venv-sglang/bin/python",
             "-m",
-            "experiments.bench_sglang_cpu",
+            "benchmarks.bench_sglang_cpu",
             *(argv if argv is not None else sys.argv[1:]),
         ]
     )

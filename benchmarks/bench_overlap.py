@@ -12,7 +12,7 @@ realized share of the possible gain (experiments/critical_path.py), and whether 
 the same final answer tokens. Rows go to OUT/results.jsonl (concurrency 1; `moa-pd plot OUT` draws
 the timeline) and OUT/results_c4.jsonl; the report to OUT/bench_overlap.md and stdout.
 
-    OMP_NUM_THREADS=1 python -m experiments.bench_overlap --num-samples 20 --offset 400 \
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_overlap --num-samples 20 --offset 400 \
         --c4-samples 16 --out runs/bench_overlap
 """
 
@@ -25,7 +25,7 @@ import os
 import time
 from pathlib import Path
 
-from experiments.bench_meta import BenchRun, cpu_device, provenance
+from benchmarks.bench_meta import BenchRun, cpu_device, provenance
 from experiments.critical_path import median_breakdown, overlap_gain
 from experiments.datasets import Question, load_questions
 from experiments.paired_stats import median_ci
@@ -209,7 +209,7 @@ def main() -> None:
     cfg = load_config(args.config)
     n = args.offset + max(args.num_samples, args.c4_samples)
     questions = load_questions(args.dataset, n)[args.offset :]
-    bench = BenchRun("experiments.bench_overlap")
+    bench = BenchRun("benchmarks.bench_overlap")
     stack = make_stack([args.config], "torch", out / "deploy", "127.0.0.1", args.pin_cpus)
     for name in ("results.jsonl", "results_c4.jsonl"):
         (out / name).unlink(missing_ok=True)

@@ -3,7 +3,7 @@ whose real trio does not fit the GPUs given (4B/8B/32B: 2 × 85 GiB of weights a
 runs with the same topology, prompts and output lengths. Models are renamed after their new
 shape, and every agent follows its model.
 
-    python -m experiments.gpu.fit_config tree_9_3_1_dummy_gpu \\
+    python -m benchmarks.gpu.fit_config tree_9_3_1_dummy_gpu \\
         --map qwen3-4b=qwen3-1.7b,qwen3-8b=qwen3-4b,qwen3-32b=qwen3-8b --out D/tree_fit.json
 """
 
@@ -51,7 +51,7 @@ def fit(raw: dict, mapping: dict[str, str], suffix: str = "_fit") -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.gpu.fit_config", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.gpu.fit_config", description=__doc__.split("\n\n")[0]
     )
     p.add_argument("config", help="a config's name or path")
     p.add_argument("--map", required=True, help="MODEL=SHAPE,... (dummy shapes)")

@@ -7,7 +7,7 @@ bootstrap CI, the exit rate (moot exits apart), both accuracies with McNemar's e
 exit's overhead: decision compute ÷ e2e, and exiting decisions' wall time (their delay on the
 critical path) ÷ e2e. Writes OUT/bench_early_exit_e2e.{jsonl,md}.
 
-    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python -m experiments.bench_early_exit_e2e \\
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 python -m benchmarks.bench_early_exit_e2e \\
         --num-samples 20 --out runs/bench_ee
 """
 
@@ -21,7 +21,7 @@ import statistics
 import time
 from pathlib import Path
 
-from experiments.bench_meta import BenchRun, cpu_device, provenance
+from benchmarks.bench_meta import BenchRun, cpu_device, provenance
 from experiments.datasets import load_questions
 from experiments.paired_stats import bootstrap_ci, mcnemar
 from experiments.prompts import build_question_prompt
@@ -199,7 +199,7 @@ def main() -> None:
     def log(msg: str) -> None:
         print(msg, flush=True)
 
-    bench = BenchRun("experiments.bench_early_exit_e2e")
+    bench = BenchRun("benchmarks.bench_early_exit_e2e")
     stack = make_stack([args.config], "torch", Path(args.run_dir or out / "deploy"), "127.0.0.1")
     try:
         cluster = bring_up(stack)

@@ -13,11 +13,11 @@ adds its template's tail.
 Raw meta_info (first and last streamed chunk, the prefill reply), its numbers as `worker_timing`
 ("prefill.KEY", "decode.KEY") and client wall clocks (Unix seconds, the clock of SGLang's
 timestamps: `sent_unix`, `first_token_unix`) go into every row; summary.json and ttft.md give the
-PD-path breakdown from them (experiments/ttft_summary.py; SGLang reports the timings with
+PD-path breakdown from them (benchmarks/ttft_summary.py; SGLang reports the timings with
 --enable-metrics only, and through the native router only decode's side).
 
-    python -m experiments.bench_ttft --config tree_3_1_cpu --lengths 64,256 --reps 3 --out D
-    python -m experiments.bench_ttft --cluster D/cluster.json --model NAME --out D2
+    python -m benchmarks.bench_ttft --config tree_3_1_cpu --lengths 64,256 --reps 3 --out D
+    python -m benchmarks.bench_ttft --cluster D/cluster.json --model NAME --out D2
 """
 
 from __future__ import annotations
@@ -35,9 +35,10 @@ from pathlib import Path
 
 import aiohttp
 
-from experiments.bench_meta import BenchRun, device_name
-from experiments.microbench import LOW_TOKEN_ID, BenchError, flush
-from experiments.ttft_summary import CONDITIONS, PATHS, report, summarize
+from benchmarks.bench_meta import BenchRun, device_name
+from benchmarks.microbench import LOW_TOKEN_ID, BenchError, flush
+from benchmarks.ttft_summary import CONDITIONS, PATHS, report, summarize
+from profiling.measure import model_vocab
 from router.cluster import ClusterSpec, load_cluster
 from router.pd import Deployment, PrefillTarget
 from router.sglang_client import WorkerError
@@ -72,20 +73,12 @@ def order(rep: int, paths: list[str]) -> list[tuple[str, str]]:
 
 
 def prompt_vocab(model_path: str, tokenizer_path: str) -> int:
-    """Random prompt ids stay below both the model's vocabulary and its tokenizer's (a shape-only
-    model may pair a 151k-row embedding with SmolLM2's 49k tokenizer)."""
-    from transformers import AutoConfig, AutoTokenizer
-
-    sizes = []
+    """Random prompt ids stay below both the model's vocabulary and its tokenizer's
+    (profiling.measure.model_vocab, which `moa-pd profile` uses too)."""
     try:
-        sizes.append(int(AutoConfig.from_pretrained(model_path).vocab_size))
-    except (OSError, ValueError, AttributeError) as e:
-        raise BenchError(f"cannot read the vocabulary size of model {model_path}: {e}") from None
-    try:
-        sizes.append(len(AutoTokenizer.from_pretrained(tokenizer_path or model_path)))
-    except (OSError, ValueError) as e:
-        raise BenchError(f"cannot load the tokenizer {tokenizer_path}: {e}") from None
-    return min(sizes)
+        return model_vocab(model_path, tokenizer_path)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
 
 
 def worker_timing(prefill: dict, decode_first: dict, decode_last: dict) -> dict[str, float]:
@@ -271,7 +264,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(
-        prog="python -m experiments.bench_ttft", description=__doc__.split("\n\n")[0]
+        prog="python -m benchmarks.bench_ttft", description=__doc__.split("\n\n")[0]
     )
     add_arguments(p)
     a = p.parse_args(argv)
@@ -283,7 +276,7 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    bench = BenchRun("experiments.bench_ttft", argv if argv is not None else sys.argv[1:])
+    bench = BenchRun("benchmarks.bench_ttft", argv if argv is not None else sys.argv[1:])
     stack, rows, interrupted = None, [], False
     # SIGTERM (a `timeout`) stops it as Ctrl-C does: the deployment goes down, the rows so far
     # are summarized (as launch/cli.py does for moa-pd).

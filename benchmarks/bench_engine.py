@@ -1,6 +1,6 @@
 """Issue 3's engine benchmark on SmolLM2-135M, one run, interleaved repetitions, medians:
 (a) single-stream decode vs transformers `generate`, (b) 8 streams vs 1, (c) prefill with 1000 of
-1024 tokens cached vs cold, (d) NIXL KV transfer vs cold prefill. `python -m experiments.bench_engine
+1024 tokens cached vs cold, (d) NIXL KV transfer vs cold prefill. `python -m benchmarks.bench_engine
 [--out D]` prints a markdown table (and writes D/bench_engine.md)."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from pathlib import Path
 
 import aiohttp
 
-from experiments.microbench import LOW_TOKEN_ID, flush, generate_body, post_json, stream_generate
+from benchmarks.microbench import LOW_TOKEN_ID, flush, generate_body, post_json, stream_generate
 from sglang_ext import protocol as P
 
 GOALS = {"a": (">=", 1.0), "b": (">=", 3.0), "c": ("<=", 0.10), "d": ("<=", 0.20)}
@@ -88,7 +88,7 @@ async def one_rep(
     warm = await post_json(s, f"{url}/generate", generate_body(long, 1))
     out["cached_prefill_s"] = warm[P.META_INFO][P.E2E_LATENCY]
     out["cached_tokens"] = warm[P.META_INFO][P.CACHED_TOKENS]
-    from experiments.bench_kv_transfer import KVTransferTimer
+    from benchmarks.bench_kv_transfer import KVTransferTimer
 
     # A fresh pair of KV managers per repetition: NIXL's progress thread busy-polls, and in this
     # process it would take CPU from the transformers run of (a).
@@ -231,7 +231,7 @@ def main(args: argparse.Namespace) -> int:
     os.environ["OMP_NUM_THREADS"] = "1"  # before torch loads: same threads as the worker
     import torch
 
-    from experiments.microbench_deploy import resolve, worker_spec
+    from benchmarks.microbench_deploy import resolve, worker_spec
     from launch.procs import start, stop_group, wait_healthy
     from sglang_ext.engine.model import ModelConfig
     from sglang_ext.engine.weights import read_hf_config
@@ -260,7 +260,7 @@ def main(args: argparse.Namespace) -> int:
     finally:
         stop_group(proc.pid)
     load.append(uptime())
-    command = "OMP_NUM_THREADS=1 python -m experiments.bench_engine " + shlex.join(sys.argv[1:])
+    command = "OMP_NUM_THREADS=1 python -m benchmarks.bench_engine " + shlex.join(sys.argv[1:])
     text = report(medians(rows), rows, args, command, load, kv_bytes)
     print(text)
     if args.out:

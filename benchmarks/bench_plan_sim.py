@@ -2,7 +2,7 @@
 topology, for several GPU counts and concurrencies, each plan scored by the simulator
 (`simulation.predict.predict_plan`) with one profile. Writes a markdown table and a JSON file.
 
-    python -m experiments.bench_plan_sim --config tree_9_3_1_dummy_gpu \
+    python -m benchmarks.bench_plan_sim --config tree_9_3_1_dummy_gpu \
         --profile profiling/anchors/gpu_anchor_qwen3_h200.json --gpus 4x141GiB,8x141GiB \
         --concurrency 1,8,32 --out runs/bench_plan_sim
 """

@@ -176,7 +176,7 @@ EOF
 stage_ttft() {
     local dir=$WORK/ttft
     rm -rf "$dir"
-    timeout "$(cap 560)" "$PYTHON" -m experiments.bench_ttft --config "$TTFT_CONFIG" --backend "$BACKEND" \
+    timeout "$(cap 560)" "$PYTHON" -m benchmarks.bench_ttft --config "$TTFT_CONFIG" --backend "$BACKEND" \
         --lengths "$LENGTHS" --reps "$REPS" --out "$dir" || status=$?
     collect ttft "$dir" ttft.md summary.json rows.jsonl
     archive ttft_logs.tgz "$dir"
@@ -187,7 +187,7 @@ stage_ttft() {
 stage_microbench() {
     local dir=$WORK/microbench
     rm -rf "$dir"
-    timeout "$(cap 560)" "$PYTHON" -m launch.cli microbench --backend "$BACKEND" --model-path "$MB_MODEL" \
+    timeout "$(cap 560)" "$PYTHON" -m benchmarks.microbench --backend "$BACKEND" --model-path "$MB_MODEL" \
         --variants incremental,pd --num-prompts "$MB_PROMPTS" --max-len "$MB_MAX_LEN" \
         --output-len 32 --out "$dir" | tee "$dir.txt" || status=$?
     cp "$dir.txt" "$OUT/microbench_table.txt" 2>/dev/null || true
@@ -201,8 +201,8 @@ stage_settings() {
     rm -rf "$dir"
     mkdir -p "$dir"
     if [[ -n $FIT_MAP ]]; then
-        "$PYTHON" -m experiments.gpu.fit_config "$TREE" --map "$FIT_MAP" --out "$dir/tree.json"
-        "$PYTHON" -m experiments.gpu.fit_config "$DENSE" --map "$FIT_MAP" --out "$dir/dense.json"
+        "$PYTHON" -m benchmarks.gpu.fit_config "$TREE" --map "$FIT_MAP" --out "$dir/tree.json"
+        "$PYTHON" -m benchmarks.gpu.fit_config "$DENSE" --map "$FIT_MAP" --out "$dir/dense.json"
         tree=$dir/tree.json dense=$dir/dense.json
     fi
     local dense_args=()
@@ -224,7 +224,7 @@ stage_settings() {
     if [[ -n ${WITH_TTFT:-} ]]; then
         # TTFT on this deployment's 8B-shaped model: no second start (~100 s of device time),
         # at the price of sharing the GPU with the other (idle) workers.
-        timeout "$(cap 240)" "$PYTHON" -m experiments.bench_ttft --cluster "$dir/deploy/cluster.json" \
+        timeout "$(cap 240)" "$PYTHON" -m benchmarks.bench_ttft --cluster "$dir/deploy/cluster.json" \
             --model "$WITH_TTFT" --lengths "$LENGTHS" --reps "$REPS" --out "$dir/ttft" ||
             status=$?
         cp "$dir/ttft/ttft.md" "$OUT/settings_ttft.md" 2>/dev/null && cat "$dir/ttft/ttft.md"
@@ -247,7 +247,7 @@ stage_profile() {
     rm -rf "$dir"
     mkdir -p "$dir"
     if [[ -n ${PROFILE_FIT_MAP:-} ]]; then
-        "$PYTHON" -m experiments.gpu.fit_config "$PROFILE_CONFIG" --map "$PROFILE_FIT_MAP" \
+        "$PYTHON" -m benchmarks.gpu.fit_config "$PROFILE_CONFIG" --map "$PROFILE_FIT_MAP" \
             --out "$dir/config.json"
         config=$dir/config.json
     fi
@@ -267,7 +267,7 @@ stage_planned() {
     rm -rf "$dir"
     mkdir -p "$dir"
     if [[ -n $FIT_MAP ]]; then
-        "$PYTHON" -m experiments.gpu.fit_config "$TREE" --map "$FIT_MAP" --out "$dir/tree.json"
+        "$PYTHON" -m benchmarks.gpu.fit_config "$TREE" --map "$FIT_MAP" --out "$dir/tree.json"
         tree=$dir/tree.json
     fi
     # One GPU as this machine has it, or (the CPU rehearsal) the cores.
