@@ -1,6 +1,7 @@
 """Per-(dataset, setting) statistics from results rows, and `summary.json`.
 
-Called by the runner at the end of a run (`summarize_run`), by `moa-pd plot` and by sweeps.
+Called by `moa-pd plot` and the runner at the end of a run (`plot_cmd.rebuild`, which also
+prints the table of `summary_table`), and by sweeps.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import numpy as np
 from experiments.critical_path import median_breakdown, overlap_gain
 from experiments.paired_stats import bootstrap_ci, mcnemar
 from experiments.pd_breakdown import median_path_breakdown
-from experiments.results import ResultRow, read_results
+from experiments.results import ResultRow
 from router.early_exit import activation_percentage
 
 log = logging.getLogger(__name__)
@@ -378,16 +379,3 @@ def write_summary(summaries: Sequence[SettingSummary], path: str | Path, source:
     Path(path).write_text(
         json.dumps(summary_document(summaries, source), indent=2) + "\n", encoding="utf-8"
     )
-
-
-def summarize_run(run_dir: str | Path, print_table: bool = True) -> dict:
-    """Read RUN_DIR/results.jsonl, write RUN_DIR/summary.json, print the comparison table;
-    returns the summary.json document."""
-    run_dir = Path(run_dir)
-    summaries = summarize(read_results(run_dir / "results.jsonl"))
-    write_summary(summaries, run_dir / "summary.json", "results.jsonl")
-    if print_table:
-        from experiments.summary_table import print_table as show
-
-        show(summaries)
-    return summary_document(summaries, "results.jsonl")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 def main(args: argparse.Namespace) -> int:
     from sglang_ext.engine.dummy_model import write_dummy_model
+    from sglang_ext.engine.model_store import SMOLLM2_NAMES, resolve_model_path
 
     out = Path(args.out)
     if out.exists() and any(out.iterdir()) and not args.force:
@@ -20,7 +21,7 @@ def main(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        write_dummy_model(args.shape, out)
+        write_dummy_model(args.shape, out, resolve_model_path(SMOLLM2_NAMES[0]))
     except (FileNotFoundError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -22,6 +22,11 @@ POOL_SLOT = "<|answers:pool|>"
 POOL_ITEM_ANSWER = "<|answer|>"
 
 
+def pool_template_name(candidate_id: str) -> str:
+    """The template a pool candidate's agent reads (made by routing.pool_expansion)."""
+    return f"pool.{candidate_id}"
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -280,24 +285,78 @@ class TopologyConfig(_Strict):
             raise ValueError("the agent list is empty; add at least one agent")
         return agents
 
-    @model_validator(mode="before")
-    @classmethod
-    def _expand_pool(cls, data):
-        # The pool's candidates become agents, and `<|answers:pool|>` their slots, so the
-        # graph, the launcher, incremental prefill and early exit see an ordinary topology.
-        from routing.pool_expansion import expand_pool
-
-        return expand_pool(data)
-
     @model_validator(mode="after")
     def _check_graph(self) -> TopologyConfig:
         # Imported here: topology.py builds on this module's types.
         from router.topology import check_graph
-        from routing.pool_expansion import check_pool
 
-        check_pool(self)
+        self._check_pool()
         check_graph(self)
         return self
+
+    def _check_pool(self) -> None:
+        """Raise GraphError for a pool or routing section that cannot run. The pool must be
+        expanded already: router.config_loader does that (routing.pool_expansion) before it
+        validates, so the graph, the launcher, incremental prefill and early exit see an
+        ordinary topology whose candidates are agents."""
+        from router.topology import GraphError
+
+        if self.pool is None:
+            if self.routing is not None:
+                raise GraphError(
+                    "routing",
+                    "routing chooses among a pool's candidates; add a pool or remove routing",
+                )
+            return
+        ids = [c.id for c in self.pool.candidates]
+        for i, c in enumerate(self.pool.candidates):
+            if c.id in ids[:i]:
+                raise GraphError(
+                    f"pool.candidates[{i}].id",
+                    f"duplicate candidate id '{c.id}'; ids must be unique",
+                )
+        agent_ids = {a.id for a in self.agents}
+        if missing := [i for i in ids if i not in agent_ids]:
+            raise GraphError(
+                "pool",
+                f"candidate(s) {', '.join(missing)} are not agents: the pool was not expanded; "
+                "load configs with router.config_loader (load_config, config_from_dict)",
+            )
+        for i, c in enumerate(self.pool.candidates):
+            where = f"pool.candidates[{i}]"
+            if c.model not in self.models:
+                raise GraphError(
+                    f"{where}.model",
+                    f"candidate '{c.id}' names model '{c.model}', which is not under \"models\" "
+                    f"(known: {', '.join(sorted(self.models))}); add it or fix the name",
+                )
+            tname = pool_template_name(c.id)
+            if self.templates.get(tname) != Template(user=self.pool.user, system=c.persona):
+                raise GraphError(
+                    f"templates.{tname}",
+                    f"the template name '{tname}' is kept for pool candidate '{c.id}'; rename it",
+                )
+            if sum(a.id == c.id for a in self.agents) > 1:
+                raise GraphError(
+                    f"{where}.id",
+                    f"candidate id '{c.id}' is also the id of a declared agent; rename one of them",
+                )
+        readers = [t for t in self.templates.values() if set(ids) & set(t.slots)]
+        if not readers:
+            raise GraphError(
+                "pool",
+                f"no template reads the pool; put {POOL_SLOT} into the template of the agent "
+                "that aggregates the chosen proposers",
+            )
+        r = self.routing
+        if r is None:
+            return
+        for key in ("k", "min_k"):
+            if (v := getattr(r, key)) is not None and v > len(ids):
+                raise GraphError(
+                    f"routing.{key}",
+                    f"{key} is {v} but the pool has {len(ids)} candidates; lower it",
+                )
 
     # --- derived views ---------------------------------------------------------------------------
     def agent(self, agent_id: str) -> Agent:

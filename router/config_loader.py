@@ -15,6 +15,7 @@ from pydantic import BaseModel, ValidationError
 
 from router.config import TopologyConfig
 from router.topology import GraphError
+from routing.pool_expansion import expand_pool
 
 CFGS_DIR = Path(__file__).resolve().parent.parent / "cfgs"
 M = TypeVar("M", bound=BaseModel)
@@ -97,7 +98,9 @@ def parse_json(text: str, source: str) -> object:
 
 
 def config_from_dict(raw: object, source: str = "<config>") -> TopologyConfig:
-    return validate_object(raw, TopologyConfig, source, "a topology config")
+    """`raw` as a TopologyConfig, its pool expanded first: the candidates become agents, and
+    `<|answers:pool|>` their slots (routing.pool_expansion; idempotent on an expanded config)."""
+    return validate_object(expand_pool(raw), TopologyConfig, source, "a topology config")
 
 
 def validate_object(raw: object, schema: type[M], source: str, what: str) -> M:

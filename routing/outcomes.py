@@ -18,7 +18,9 @@ SINGLE_SETTING = 5
 
 
 class OutcomesError(ValueError):
-    """Runs that cannot train a scorer: unreadable, no #5 rows, a candidate never right."""
+    """Runs that cannot train a scorer: unreadable, no #5 rows, a candidate whose answers are all
+    right or all wrong (found by routing.train, which needs both classes among the questions it
+    trains on)."""
 
 
 @dataclass(frozen=True)
@@ -77,13 +79,4 @@ def read_outcomes(runs: list[str | Path], skip: frozenset[str] = frozenset()) ->
         for j, c in enumerate(candidates):
             if c in graded[k]:
                 correct[i, j] = float(graded[k][c])
-    for j, c in enumerate(candidates):
-        seen = correct[~np.isnan(correct[:, j]), j]
-        if seen.sum() == 0 or seen.sum() == len(seen):
-            what = "no correct" if seen.sum() == 0 else "no wrong"
-            raise OutcomesError(
-                f"candidate '{c}' has {what} answers among its {len(seen)} graded questions: "
-                "a scorer cannot learn from one class; add questions (another dataset, more "
-                "samples) or leave it out with --skip-candidate"
-            )
     return Outcomes(keys, candidates, correct, [str(f) for f in files], ungraded)

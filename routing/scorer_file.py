@@ -32,7 +32,7 @@ class Scorer(BaseModel):
     dim: int
     candidates: dict[str, CandidateModel]  # the pool entry's id -> its model
     trained_on: dict[str, object] = {}  # runs, datasets, question ids, seed
-    heldout: dict[str, dict[str, float]] = {}  # candidate -> {"auc": .., "auc_prior": .., ...}
+    heldout: dict[str, dict[str, float]] = {}  # candidate -> {"auc": .., "brier_prior": .., ...}
 
     @classmethod
     def load(cls, path: str | Path) -> Scorer:

@@ -73,15 +73,15 @@ def split_questions(n: int, fraction: float, seed: int) -> tuple[np.ndarray, np.
 
 
 def heldout_metrics(y: np.ndarray, p: np.ndarray, prior: float, seed: int) -> dict[str, float]:
-    """AUC and Brier score of `p` on held-out labels `y`, against a constant `prior` (AUC 0.5),
-    with 95% bootstrap intervals over the held-out questions (AUC; Brier's gain over prior)."""
+    """AUC and Brier score of `p` on held-out labels `y`, and the Brier score of a constant
+    `prior` (its AUC is 0.5 by definition, so not written), with 95% bootstrap intervals over the
+    held-out questions (AUC; Brier's gain over the prior)."""
     out = {
         "n": float(len(y)),
         "positives": float(y.sum()),
         "prior": prior,
         "brier": float(brier_score_loss(y, p)),
         "brier_prior": float(brier_score_loss(y, np.full_like(p, prior))),
-        "auc_prior": 0.5,
     }
     draws = np.random.default_rng(seed).integers(0, len(y), (BOOTSTRAP, len(y)))
     gains = np.mean((prior - y[draws]) ** 2, axis=1) - np.mean((p[draws] - y[draws]) ** 2, axis=1)
@@ -92,6 +92,26 @@ def heldout_metrics(y: np.ndarray, p: np.ndarray, prior: float, seed: int) -> di
         aucs = bootstrap_auc(y, p, draws)
         out["auc_lo"], out["auc_hi"] = map(float, np.percentile(aucs, [2.5, 97.5]))
     return out
+
+
+def _cannot_learn(cid: str, col: np.ndarray, tr: np.ndarray, ho: np.ndarray) -> str:
+    """Why candidate `cid`'s labels `col` cannot train a fit on questions `tr` and judge it on
+    `ho`: all its answers are of one class (no split helps), or its training questions are, or
+    none is held out."""
+    seen = col[~np.isnan(col)]
+    if seen.sum() in (0, len(seen)):
+        what = "no correct" if seen.sum() == 0 else "no wrong"
+        return (
+            f"candidate '{cid}' has {what} answers among its {len(seen)} graded questions: "
+            "a scorer cannot learn from one class; add questions (another dataset, more "
+            "samples) or leave it out with --skip-candidate"
+        )
+    return (
+        f"candidate '{cid}': its {len(tr)} training questions hold "
+        f"{int(col[tr].sum())} correct answers and {len(ho)} are held out; both classes "
+        "must be in training and some questions held out: add questions, or change "
+        "--seed / --heldout"
+    )
 
 
 def train_scorer(outcomes: Outcomes, x: np.ndarray, opts: TrainOptions) -> Scorer:
@@ -110,12 +130,7 @@ def train_scorer(outcomes: Outcomes, x: np.ndarray, opts: TrainOptions) -> Score
         ho = held[~np.isnan(col[held])]
         y_tr = col[tr]
         if y_tr.sum() in (0, len(y_tr)) or len(ho) == 0:
-            raise OutcomesError(
-                f"candidate '{cid}': its {len(tr)} training questions hold "
-                f"{int(y_tr.sum())} correct answers and {len(ho)} are held out; both classes "
-                "must be in training and some questions held out: add questions, or change "
-                "--seed / --heldout"
-            )
+            raise OutcomesError(_cannot_learn(cid, col, tr, ho))
         model = fit_candidate(x[tr], y_tr, opts.seed)
         prior = float(y_tr.mean())
         p = model.predict_proba(x[ho])[:, 1]

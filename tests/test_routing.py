@@ -70,6 +70,20 @@ def test_the_pool_expands_to_agents_and_one_slot_per_candidate():
     assert again == cfg
 
 
+def test_the_schema_alone_names_an_unexpanded_pool():
+    # The loader expands pools (routing.pool_expansion); validating the raw JSON with the
+    # schema alone skips that, and says so instead of failing on the missing agents.
+    from pydantic import ValidationError
+
+    from router.config import TopologyConfig
+
+    with pytest.raises(ValidationError, match="the pool was not expanded"):
+        TopologyConfig.model_validate(pooled(2))
+    assert TopologyConfig.model_validate(expand_pool(pooled(2))) == parse_config(
+        json.dumps(pooled(2))
+    )
+
+
 def test_a_pool_config_is_the_same_topology_as_its_hand_written_twin():
     cfg = parse_config(json.dumps(pooled(2)))
     twin = {

@@ -71,19 +71,28 @@ def run_one(cfg: TopologyConfig, mode: str):
     return out.rows[0]
 
 
+def blocking_by_hand(cfg: TopologyConfig, n: int = 1) -> tuple[float, float, float]:
+    """a's end, b's end and the e2e of `n` copies of tree()'s question started together,
+    blocking, on the default deployment of the GPU profile (no shell-router cost): every
+    forward holds all n copies."""
+    w = from_config(cfg).agents
+    step = lambda batch: DA + DB * batch
+    # All leaves' prompts in one prefill forward, then the PD hop: their first tokens.
+    t1 = A + B * n * (sum(w["a"].pieces) + sum(w["b"].pieces)) + PD
+    # a's 9 remaining tokens beside b, then b's last 10 alone.
+    end_a = t1 + 9 * step(2 * n)
+    end_b = end_a + 10 * step(n)
+    prompt = sum(w["s"].pieces) + 10 + 20
+    return end_a, end_b, end_b + A + B * n * prompt + PD + 4 * step(n)
+
+
 def test_blocking_and_pipelined_match_hand_computed_times():
     cfg = tree()
     w = from_config(cfg).agents
-    step = lambda batch: DA + DB * batch
-    # Both leaves' prompts in one prefill forward, then the PD hop: their first tokens.
-    t1 = A + B * (sum(w["a"].pieces) + sum(w["b"].pieces)) + PD
-    # a's 9 remaining tokens beside b, then b's last 10 alone.
-    end_b = t1 + 9 * step(2) + 10 * step(1)
-    prompt = sum(w["s"].pieces) + 10 + 20
-    blocking_e2e = end_b + A + B * prompt + PD + 4 * step(1)
+    end_a, end_b, blocking_e2e = blocking_by_hand(cfg)
 
     row = run_one(cfg, "blocking")
-    assert row.agents["a"].end_s == pytest.approx(t1 + 9 * step(2))
+    assert row.agents["a"].end_s == pytest.approx(end_a)
     assert row.agents["b"].end_s == pytest.approx(end_b)
     assert row.e2e_s == pytest.approx(blocking_e2e)
 
@@ -120,48 +129,56 @@ def test_workers_sharing_cores_slow_down_proportionally(cores, expected):
     assert env.now == pytest.approx(expected)
 
 
-def test_two_decode_workers_on_one_core_take_twice_as_long():
-    cfg = tree()
+def test_prefill_and_decode_sharing_one_core_cost_time_only_where_they_overlap():
+    # Warm-ups every 2 tokens, gated per worker (as on GPUs): with the CPU default, per device,
+    # the gate withholds them while the shared core decodes, and the two workers never compute
+    # at once.
+    cfg = tree(min_chunk=2)
 
-    def e2e(devices: dict[str, int], placement: dict[str, str]) -> float:
+    def run(placement: dict[str, str], mode: str, questions: int):
         workers = tuple(SimWorker("m", r, 0, placement[r]) for r in ("prefill", "decode"))
-        dep = SimDeployment(workers, devices, "device", {"m": (4096, 2048)}, "test")
+        cores = {d: 1 for d in placement.values()}
+        dep = SimDeployment(workers, cores, "worker", {"m": (4096, 2048)}, "test")
         # No shell-router CPU here: the two workers alone on the cores.
         sim = Simulation([cfg], profile("cpu", 1), dep, router_costs=RouterCosts())
-        return sim.run([(from_config(cfg), 2, "blocking", False)]).rows[0].e2e_s
+        work = [(from_config(cfg, f"q{i}"), 3, mode, False) for i in range(questions)]
+        return sim.run(work, questions)
 
-    alone = e2e({"c0": 1, "c1": 1}, {"prefill": "c0", "decode": "c1"})
-    shared = e2e({"c0": 1}, {"prefill": "c0", "decode": "c0"})
+    apart = {"prefill": "c0", "decode": "c1"}
+    shared = {"prefill": "c0", "decode": "c0"}
     # In the blocking chain prefill and decode never overlap: sharing one core costs nothing...
-    assert shared == pytest.approx(alone)
-    # ...but two questions at once do overlap them, and then the shared core is the bottleneck.
-    sim_cfg = [(from_config(cfg, f"q{i}"), 3, "pipelined", False) for i in range(2)]
-    dep_shared = SimDeployment(
-        tuple(SimWorker("m", r, 0, "c0") for r in ("prefill", "decode")),
-        {"c0": 1},
-        "device",
-        {"m": (4096, 2048)},
-        "test",
-    )
-    dep_apart = SimDeployment(
-        (SimWorker("m", "prefill", 0, "c0"), SimWorker("m", "decode", 0, "c1")),
-        {"c0": 1, "c1": 1},
-        "device",
-        {"m": (4096, 2048)},
-        "test",
-    )
-    quiet = RouterCosts()
-    slow = Simulation([cfg], profile("cpu", 1), dep_shared, router_costs=quiet).run(sim_cfg, 2)
-    fast = Simulation([cfg], profile("cpu", 1), dep_apart, router_costs=quiet).run(sim_cfg, 2)
-    assert slow.makespan_s > fast.makespan_s
+    alone_e2e = run(apart, "blocking", 1).rows[0].e2e_s
+    assert run(shared, "blocking", 1).rows[0].e2e_s == pytest.approx(alone_e2e)
+    # ...but two pipelined questions at once do overlap them (warm-ups while leaves decode).
+    slow, fast = run(shared, "pipelined", 2), run(apart, "pipelined", 2)
+    work = slow.device_busy["c0"]  # worker-seconds at full speed
+    # The same forwards either way: only where they run differs.
+    assert [r.agents["s"].warmups for r in slow.rows] == [r.agents["s"].warmups for r in fast.rows]
+    assert work == pytest.approx(fast.device_busy["c0"] + fast.device_busy["c1"])
+    # Apart, the two cores computed at once (the makespan is below the work). Shared, one core
+    # does at most one second of work per second however many workers share it, and idles only
+    # while both questions (in step) wait on a PD hop: their leaves' and their successors'.
+    # A core that ran each sharer at full speed would finish below `work`.
+    assert fast.makespan_s < work <= slow.makespan_s <= work + 2 * PD
 
 
 def test_predict_plan_default_deployment_and_errors():
     cfg = tree()
+    # Setting 2 (tree, blocking), one question at a time: each runs alone, as by hand.
+    e2e = blocking_by_hand(cfg)[2]
+    alone = predict_plan(None, [cfg], profile(), concurrency=1, setting=2, questions=4)
+    assert alone.latency_median_s == pytest.approx(e2e)
+    assert alone.latency_p90_s == pytest.approx(e2e)
+    assert alone.throughput_qps == pytest.approx(1 / e2e)
+    # Two at a time: the two identical questions share every forward, in two waves; each takes
+    # longer (bigger batches), but more are answered per second (a step costs DA + DB·batch).
+    pair_e2e = blocking_by_hand(cfg, n=2)[2]
     pred = predict_plan(None, [cfg], profile(), concurrency=2, setting=2, questions=4)
     assert pred.concurrency == 2
-    assert 0 < pred.latency_median_s <= pred.latency_p90_s
-    assert pred.throughput_qps > 0
+    assert pred.latency_median_s == pytest.approx(pair_e2e)
+    assert pred.latency_p90_s == pytest.approx(pair_e2e)
+    assert pred.throughput_qps == pytest.approx(2 / pair_e2e)
+    assert e2e < pair_e2e < 2 * e2e
     with pytest.raises(ValueError, match="dense-config"):
         predict_plan(None, [cfg], profile(), concurrency=1, setting=1)
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from launch.cli import build_parser
-from routing.outcomes import Outcomes, read_outcomes
+from routing.outcomes import Outcomes, OutcomesError, read_outcomes
 from routing.scorer_file import Scorer
 from routing.train import (
     TrainOptions,
@@ -44,7 +44,12 @@ def test_a_signal_in_the_embedding_is_learned_and_the_file_round_trips(tmp_path)
     x, y = _data()
     scorer = train_scorer(_outcomes(y), x, TrainOptions(heldout_fraction=0.3, seed=1))
     strong = scorer.heldout["strong"]
-    assert strong["auc"] > 0.85 and strong["auc_lo"] > 0.6 and strong["auc_prior"] == 0.5
+    assert strong["auc"] > 0.85 and strong["auc_lo"] > 0.6
+    # The prior's Brier score by hand: the training questions' rate, scored on the held-out ones.
+    train, held = split_questions(N, 0.3, seed=1)
+    prior = y[train, 0].mean()
+    assert strong["prior"] == pytest.approx(prior)
+    assert strong["brier_prior"] == pytest.approx(np.mean((prior - y[held, 0]) ** 2))
     assert strong["brier"] < strong["brier_prior"] and strong["brier_gain_lo"] > 0
     assert strong["n"] == 48 and scorer.candidates["strong"].examples == N
     assert scorer.candidates["coin"].positives == int(y[:, 1].sum())
@@ -76,6 +81,22 @@ def test_held_out_questions_never_reach_the_fit_they_judge():
     flipped = train_scorer(_outcomes(y2), x, TrainOptions(heldout_fraction=0.25, seed=7))
     assert flipped.heldout["strong"]["c"] == got["c"]
     assert flipped.heldout["strong"]["auc"] == pytest.approx(1 - got["auc"])
+
+
+def test_one_class_is_refused_with_the_fix_that_helps():
+    # train_scorer is the one place that checks: all answers of one class (no split helps) ...
+    x, _ = _data(5)
+    keys = [("toy", f"q{i}") for i in range(N)]
+    bad = np.zeros(N)
+    bad[:2] = np.nan  # ungraded questions do not count
+    opts = TrainOptions(heldout_fraction=0.25, seed=3)
+    with pytest.raises(OutcomesError, match=r"'bad' has no correct answers among its 158 graded"):
+        train_scorer(Outcomes(keys, ["bad"], bad[:, None], ["run"], 0), x, opts)
+    # ... or both classes, but one only in the held-out questions: another split may do.
+    _, held = split_questions(N, 0.25, seed=3)
+    bad[held[0]] = 1.0
+    with pytest.raises(OutcomesError, match=r"hold 0 correct answers .* --seed / --heldout"):
+        train_scorer(Outcomes(keys, ["bad"], bad[:, None], ["run"], 0), x, opts)
 
 
 def _write_run(path, rows):

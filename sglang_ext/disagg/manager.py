@@ -22,9 +22,10 @@ import torch
 from sglang_ext.disagg.bootstrap import BootstrapServer, get_route, put_route
 from sglang_ext.disagg.control import ControlListener, Destination
 from sglang_ext.disagg.loop_thread import LoopThread
+from sglang_ext.disagg.nixl_transfer import NixlBackend
 from sglang_ext.disagg.notif_poller import NotifPoller
 from sglang_ext.disagg.ranges import check_kv_buffer
-from sglang_ext.disagg.transfer import make_backend
+from sglang_ext.disagg.transfer import TransferBackend
 from sglang_ext.disagg.xfer_worker import TransferWorker
 from sglang_ext.protocol import BOOTSTRAP_ROOM
 
@@ -40,6 +41,13 @@ _WILDCARD_HOSTS = ("", "0.0.0.0", "::")
 
 class RoomInUseError(ValueError):
     """A bootstrap_room that already has a live sender/receiver on this worker (a client bug)."""
+
+
+def make_backend(backend: str, name: str, kv_buffer: torch.Tensor, host: str) -> TransferBackend:
+    """The transport `backend` names. NixlBackend imports the nixl wheel only when created."""
+    if backend == "nixl":
+        return NixlBackend(name, kv_buffer, host=host)
+    raise ValueError(f"unknown KV transfer backend {backend!r}: use 'nixl'")
 
 
 def _timeout(explicit: float | None, env: str) -> float:

@@ -1,15 +1,14 @@
-"""TransferBackend: what a KV transport must do for KVManager/KVSender/KVReceiver, and its factory.
+"""TransferBackend: what a KV transport must do for KVManager/KVSender/KVReceiver.
 
 The state machines (manager.py, sender.py, receiver.py) are transport-agnostic; a backend only
-moves registered bytes and notifications between named agents. nixl_transfer.py implements it.
+moves registered bytes and notifications between named agents. nixl_transfer.py implements it;
+KVManager (manager.py, `make_backend`) picks the implementation.
 """
 
 from __future__ import annotations
 
 import abc
 import enum
-
-import torch
 
 from sglang_ext.disagg.ranges import Range
 
@@ -54,12 +53,3 @@ class TransferBackend(abc.ABC):
 
     @abc.abstractmethod
     def close(self) -> None: ...
-
-
-def make_backend(backend: str, name: str, kv_buffer: torch.Tensor, host: str) -> TransferBackend:
-    if backend == "nixl":
-        # Imported here so that nothing but the NIXL path needs the nixl wheel loaded.
-        from sglang_ext.disagg.nixl_transfer import NixlBackend
-
-        return NixlBackend(name, kv_buffer, host=host)
-    raise ValueError(f"unknown KV transfer backend {backend!r}: use 'nixl'")

@@ -135,17 +135,16 @@ def is_current(shape: str, model_dir: Path) -> bool:
     return all(config.get(k) == v for k, v in {**QWEN3_COMMON, **check_shape(shape)}.items())
 
 
-def write_dummy_model(shape: str, out_dir: Path, cache_dir: str | None = None) -> Path:
-    """Write a shape-only HF directory for `shape` into out_dir (created if missing); the
-    tokenizer comes from the model store under cache_dir (default: its usual cache)."""
+def write_dummy_model(shape: str, out_dir: Path, tokenizer_dir: str | Path) -> Path:
+    """Write a shape-only HF directory for `shape` into out_dir (created if missing), with the
+    tokenizer of tokenizer_dir: the SmolLM2 directory, which the model store resolves
+    (`model_store.resolve_model_path("smollm2-135m")`)."""
     from transformers import AutoTokenizer
-
-    from sglang_ext.engine.model_store import SMOLLM2_NAMES, resolve_model_path
 
     check_shape(shape)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path(SMOLLM2_NAMES[0], cache_dir))
+    tokenizer = AutoTokenizer.from_pretrained(str(tokenizer_dir))
     config = hf_config(shape, tokenizer)
     (out_dir / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     generation = {"bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"]}

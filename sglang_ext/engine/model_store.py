@@ -26,6 +26,7 @@ from pathlib import Path
 
 from filelock import FileLock
 
+from sglang_ext.engine.dummy_model import check_shape, is_current, write_dummy_model
 from sglang_ext.protocol import dummy_shape
 
 logger = logging.getLogger(__name__)
@@ -64,15 +65,15 @@ def resolve_model_path(name_or_path: str, cache_dir: str | None = None) -> str:
         return str(local)
     name = name_or_path.strip().lower().removeprefix("huggingfacetb/")
     if (shape := dummy_shape(name)) is not None:
-        from sglang_ext.engine.dummy_model import check_shape, is_current, write_dummy_model
-
         check_shape(shape)  # a ValueError naming the shapes, before any directory is made
         root = Path(cache_dir) if cache_dir else default_cache_dir()
         return str(
             _converted_dir(
                 root / "models",
                 DUMMY_DIR_PREFIX + shape,
-                lambda out: write_dummy_model(shape, out, cache_dir),
+                lambda out: write_dummy_model(
+                    shape, out, resolve_model_path(SMOLLM2_NAMES[0], cache_dir)
+                ),
                 current=lambda d: is_current(shape, d),
             )
         )
