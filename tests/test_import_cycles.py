@@ -30,7 +30,7 @@ PACKAGES = (
     "profiling",
     "simulation",
     "experiments",
-    "benchmarks",  # once it exists
+    "benchmarks",
 )
 
 # Layering: (importer, forbidden, why), one line per rule. A module under `importer` (that module

@@ -21,6 +21,7 @@ from routing.train import (
     train_scorer,
 )
 from routing.train_cmd import main
+from tests.text_checks import said
 
 N, DIM = 160, 8
 
@@ -126,7 +127,7 @@ def _cli(tmp_path, *runs, extra=()):
     )
     out = tmp_path / "scorer.json"
     argv = ["train-scorer", "--results", *map(str, runs), "--out", str(out)]
-    return build_parser().parse_args([*argv, "--questions", str(questions), *extra]), out
+    return build_parser(["train-scorer"]).parse_args([*argv, "--questions", str(questions), *extra]), out
 
 
 def _embed(x):
@@ -154,21 +155,21 @@ def test_train_scorer_errors_name_the_problem(tmp_path, capsys):
     moa_only = _write_run(tmp_path / "moa", [(f"q{i}", 2, None, True) for i in range(N)])
     args, _ = _cli(tmp_path, moa_only)
     assert main(args, _embed(x)) == 2
-    assert "no graded setting-#5 rows" in capsys.readouterr().err
+    assert "no graded setting-#5 rows" in said(capsys.readouterr().err)
 
     never = [(f"q{i}", 5, "a", bool(y[i, 0])) for i in range(N)]
     never += [(f"q{i}", 5, "hopeless", False) for i in range(N)]
     run = _write_run(tmp_path / "never", never)
     args, _ = _cli(tmp_path, run)
     assert main(args, _embed(x)) == 2
-    err = capsys.readouterr().err
+    err = said(capsys.readouterr().err)
     assert "'hopeless' has no correct answers" in err and "--skip-candidate" in err
     args, out = _cli(tmp_path, run, extra=["--skip-candidate", "hopeless"])
     assert main(args, _embed(x)) == 0 and list(Scorer.load(out).candidates) == ["a"]
 
     args, _ = _cli(tmp_path, tmp_path / "nowhere")
     assert main(args, _embed(x)) == 2
-    assert "no such results file" in capsys.readouterr().err
+    assert "no such results file" in said(capsys.readouterr().err)
     torn = tmp_path / "torn"
     _write_run(torn, never[:3])
     (torn / "results.jsonl").write_text("{oops\n" + (torn / "results.jsonl").read_text())
