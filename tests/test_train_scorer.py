@@ -127,7 +127,8 @@ def _cli(tmp_path, *runs, extra=()):
     )
     out = tmp_path / "scorer.json"
     argv = ["train-scorer", "--results", *map(str, runs), "--out", str(out)]
-    return build_parser(["train-scorer"]).parse_args([*argv, "--questions", str(questions), *extra]), out
+    argv += ["--questions", str(questions), *extra]
+    return build_parser(["train-scorer"]).parse_args(argv), out
 
 
 def _embed(x):
