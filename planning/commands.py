@@ -8,7 +8,6 @@ from dataclasses import dataclass
 
 from rich.console import Console
 
-from launch.procs import LaunchError
 from planning.deployment import ModelToPlace, plan_deployment
 from planning.model_memory import ModelConfigError
 from planning.pack import HEADROOM_MIB, MIN_HEADROOM_MIB, PlanError
@@ -84,10 +83,10 @@ def add_placement_args(
 
 
 def placement_for(configs: list[TopologyConfig], opts: PlacementOptions) -> Placement:
-    """The placement of the configs' workers on the GPUs here (or assumed); LaunchError if it
+    """The placement of the configs' workers on the GPUs here (or assumed); PlanError if it
     does not fit, naming the model, the GPU, the need and what is free."""
-    from launch.gpus import assumed_gpus, query_gpus, select_gpus
-    from launch.models import merge_models, resolve_model
+    from planning.gpus import assumed_gpus, query_gpus, select_gpus
+    from planning.models import merge_models, resolve_model
 
     gpus = assumed_gpus(opts.gpu_memory) if opts.gpu_memory else query_gpus()
     gpus = select_gpus(gpus, opts.gpus)
@@ -105,8 +104,8 @@ def placement_for(configs: list[TopologyConfig], opts: PlacementOptions) -> Plac
             opts.question_tokens,
             opts.headroom_mib,
         )
-    except (PlanError, ModelConfigError) as e:
-        raise LaunchError(str(e)) from None
+    except ModelConfigError as e:
+        raise PlanError(str(e)) from None
 
 
 def print_placement(plan: Placement, console: Console | None = None) -> None:
@@ -129,7 +128,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     configs = [load_config(c) for c in args.config]
     try:
         plan = placement_for(configs, PlacementOptions.from_args(args))
-    except LaunchError as e:
+    except PlanError as e:
         Console(stderr=True).print(f"[red]error:[/red] {e}")
         return 2
     print_placement(plan)
