@@ -73,7 +73,7 @@ def _add_optional_commands(sub) -> None:
     modules = (
         "launch.commands",
         "launch.dummy_model_cmd",
-        "planning.commands",
+        "planning.command",
         "profiling.commands",
         "simulation.command",
     )

@@ -11,8 +11,8 @@ from rich.console import Console
 from launch.cluster_part import part_path
 from launch.procs import LaunchError
 from launch.stack import Stack, down_run_dir
-from planning.commands import PlacementOptions, add_placement_args, placement_for, print_placement
 from planning.pack import PlanError
+from planning.placement import PlacementOptions, add_placement_args, placement_for, print_placement
 from planning.pool_need import pool_needs
 from router.api_key import ENV_VAR, KEY_FILE, key_from_env
 from router.config_loader import load_config, load_configs_by_name, resolve_config_path

@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from planning import baselines
 from planning.cost_model import RoleWork, critical_path_seconds, device_loads, role_work
 from planning.devices import Cluster
-from planning.ilp import Mode, PlacedReplica, solve
+from planning.ilp import PlacedReplica, solve
 from planning.pack import PlanError
 from planning.plan_file import DeploymentPlan, PlannedNode, Prediction
 from planning.planned_workers import planned_workers
+from planning.types import Mode
 from profiling.profile_file import Profile
 from router.config import ModelSpec, TopologyConfig
 

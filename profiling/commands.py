@@ -86,7 +86,7 @@ def _measure(cluster_path: Path, target: Target) -> Profile:
 def _profile(args: argparse.Namespace, target: Target) -> Profile:
     """On the running deployment (--cluster), or on one started here and stopped after."""
     from launch.commands import bring_up, make_stack
-    from planning.commands import PlacementOptions
+    from planning.placement import PlacementOptions
 
     if args.cluster:
         return _measure(Path(args.cluster), target)

@@ -95,7 +95,7 @@ def pair_8b(tmp_path_factory) -> str:
 
 
 def plan(config_path: str, gpus, policy="pack", concurrency=1, headroom_mib=HEADROOM_MIB):
-    from planning.commands import PlacementOptions, placement_for
+    from planning.placement import PlacementOptions, placement_for
 
     opts = PlacementOptions(
         policy=policy, concurrency=concurrency, gpu_memory=gpus, headroom_mib=headroom_mib
