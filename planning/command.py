@@ -77,8 +77,8 @@ def _cluster(args: argparse.Namespace, profile: Profile) -> Cluster:
 
 def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int:
     """`moa-pd plan --profile`: the MILP's plan and its baselines, printed (and written)."""
-    from planning.plan_tables import comparison_table, worker_table
     from planning.planner import PlanRequest, plan_with_ilp
+    from planning.tables import comparison_table, worker_table
     from profiling.profile_file import Profile
     from router.config_loader import load_config
 

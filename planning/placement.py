@@ -25,7 +25,7 @@ from planning.pack import (
     place,
 )
 from planning.pool_need import DEFAULT_QUESTION_TOKENS, pool_needs, unused_models
-from planning.table import placement_tables
+from planning.tables import placement_tables
 from planning.types import GPU, POLICIES, Placement, Policy, WorkerDemand
 from router.config import ModelSpec, TopologyConfig
 
