@@ -22,7 +22,7 @@ from planning.types import MODES
 
 if TYPE_CHECKING:
     from planning.devices import Cluster
-    from planning.planner import Evaluator
+    from planning.ilp_plan import Evaluator
     from profiling.profile_file import Profile
 
 # A CPU worker's memory beyond weights and pool: the Python process and torch's runtime.
@@ -77,7 +77,7 @@ def _cluster(args: argparse.Namespace, profile: Profile) -> Cluster:
 
 def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int:
     """`moa-pd plan --profile`: the MILP's plan and its baselines, printed (and written)."""
-    from planning.planner import PlanRequest, plan_with_ilp
+    from planning.ilp_plan import PlanRequest, plan_with_ilp
     from planning.tables import comparison_table, worker_table
     from profiling.profile_file import Profile
     from router.config_loader import load_config

@@ -2,7 +2,7 @@
 SGLang on GPUs): a deployment's workers, as many replicas as its configs give (`workers`), one
 demand each (weights and KV from the model's config.json, pool from the agents), packed onto the
 GPUs here or assumed (planning.pack); its flags (`add_placement_args`) and its tables. The MILP
-(`moa-pd plan --profile`: planning.ilp, planning.planner) is the general case: it also chooses
+(`moa-pd plan --profile`: planning.ilp, planning.ilp_plan) is the general case: it also chooses
 the replica counts and each replica's share of requests, under the same memory rules
 (planning.pack's headroom and tp), with this packing as its greedy baseline."""
 

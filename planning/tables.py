@@ -10,9 +10,9 @@ from rich.table import Table
 
 from planning.types import Placement
 
-if TYPE_CHECKING:  # not imported at run time: planning.planner imports the MILP
+if TYPE_CHECKING:  # not imported at run time: planning.ilp_plan imports the MILP
+    from planning.ilp_plan import Scored
     from planning.plan_file import DeploymentPlan
-    from planning.planner import Scored
 
 
 def placement_tables(plan: Placement) -> list[Table]:

@@ -12,9 +12,9 @@ from planning import baselines
 from planning.cost_model import device_loads, role_work
 from planning.devices import cluster
 from planning.ilp import solve
+from planning.ilp_plan import PlanRequest, plan_with_ilp
 from planning.pack import PlanError, place
 from planning.plan_file import DeploymentPlan, Prediction
-from planning.planner import PlanRequest, plan_with_ilp
 from planning.types import GPU, MIB, WorkerDemand
 from router.config_loader import load_config
 from tests.anchor_profile import anchor_profile, model_profile
