@@ -92,7 +92,6 @@ def plan_with_ilp(req: PlanRequest, evaluate: Evaluator | None = None) -> list[S
     if req.concurrency < 1:
         raise PlanError(f"--concurrency must be at least 1, got {req.concurrency}")
     work = role_work(req.configs, req.profile, req.concurrency, req.question_tokens)
-    critical = critical_path_seconds(req.configs, req.profile, req.concurrency, req.question_tokens)
     specs = _specs(req.configs)
     tp_sizes = {m: int(s.server_args.get("sglang", {}).get("tp_size", 0)) for m, s in specs.items()}
     sol = solve(work, req.cluster, req.mode, req.headroom_mib, tp_sizes)
