@@ -1,7 +1,7 @@
 """Placement (issue 11, item 6): workers pinned to their own cores against the OS's placement, on
 whole questions. Two deployments of the same config run side by side (idle workers use no CPU),
 one started with `--pin-cpus` (prefill workers from the first core, decode workers from the
-last; launch/procs.plan_cpus), one without. Per question, setting #3 (pipelined) runs on both,
+last; planning/pack.plan_cpus), one without. Per question, setting #3 (pipelined) runs on both,
 in alternating order, each on freshly flushed caches.
 
 Reports the median of per-question ratios pinned ÷ unpinned (with a 95% bootstrap interval) for

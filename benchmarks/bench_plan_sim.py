@@ -17,8 +17,8 @@ from rich.console import Console
 from tqdm import tqdm
 
 from planning.devices import cluster
+from planning.ilp_plan import PlanRequest, plan_with_ilp
 from planning.pack import HEADROOM_MIB
-from planning.planner import PlanRequest, plan_with_ilp
 from profiling.profile_file import Profile
 from router.config_loader import load_config
 from simulation.predict import predict_plan

@@ -316,7 +316,7 @@ def parse_variants(text: str) -> tuple[str, ...]:
 
 
 def default_variants(backend: str) -> tuple[str, ...]:
-    from launch.gpus import has_nvidia_gpus
+    from planning.gpus import has_nvidia_gpus
 
     if backend == "sglang" and not has_nvidia_gpus():
         return ("incremental", "pd")

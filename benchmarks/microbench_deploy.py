@@ -158,7 +158,7 @@ class Deployment:
     def _placements(self, names: list[str]) -> dict[str, WorkerPlacement | None]:
         """SGLang where there are GPUs: the workers packed onto them by memory (planning/),
         each with the pool the benchmark sets; None: the CPU (either engine)."""
-        from launch.gpus import has_nvidia_gpus, query_gpus
+        from planning.gpus import has_nvidia_gpus, query_gpus
 
         if self.backend != "sglang" or not has_nvidia_gpus():
             return dict.fromkeys(names)

@@ -21,7 +21,7 @@ from experiments.router_client import GraphRunError, RouterClient
 from experiments.scoring import score
 from experiments.settings import Setting
 from experiments.single_model import single_model_configs
-from planning.commands import PlacementOptions
+from planning.placement import PlacementOptions
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from experiments.scoring.code_sandbox import SandboxUnavailable
 from experiments.settings import parse_settings
-from planning.commands import PlacementOptions, add_placement_args
+from planning.placement import PlacementOptions, add_placement_args
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

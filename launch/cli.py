@@ -26,7 +26,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "up": ("launch.commands", "start workers, native routers and the shell router"),
     "down": ("launch.down_cmd", "stop what `moa-pd up --detach` started"),
     "plan": (
-        "planning.commands",
+        "planning.command",
         "place workers by memory, or solve placement and replication from a profile (MILP)",
     ),
     "profile": (

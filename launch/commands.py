@@ -11,7 +11,8 @@ from rich.console import Console
 from launch.cluster_part import part_path
 from launch.procs import LaunchError
 from launch.stack import Stack
-from planning.commands import PlacementOptions, add_placement_args, placement_for, print_placement
+from planning.pack import PlanError
+from planning.placement import PlacementOptions, add_placement_args, placement_for, print_placement
 from planning.pool_need import pool_needs
 from router.api_key import ENV_VAR, KEY_FILE, key_from_env
 from router.config_loader import load_config, load_configs_by_name, resolve_config_path
@@ -41,10 +42,13 @@ def make_stack(
     opts = placement or PlacementOptions()
     plan, sglang_cpu = None, False
     if backend == "sglang":
-        from launch.gpus import has_nvidia_gpus
+        from planning.gpus import has_nvidia_gpus
 
         if has_nvidia_gpus() or opts.gpu_memory:
-            plan = placement_for(configs, opts)
+            try:
+                plan = placement_for(configs, opts)
+            except PlanError as e:
+                raise LaunchError(str(e)) from None
         else:
             # No GPU: real SGLang on its own CPU path (sglang_ext/sglang_backend/cpu.py).
             sglang_cpu = True

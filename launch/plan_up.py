@@ -7,10 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 
 from launch.cluster_part import find_part, load_part, merge_parts
-from launch.models import merge_models
 from launch.plan_deploy import PlanSlice, check_plan, load_plan, node_names_error
 from launch.procs import LaunchError
 from launch.stack import Stack
+from planning.models import merge_models
+from planning.pack import PlanError
 from router.config_loader import ConfigError, load_config, load_configs_by_name
 from router.config_loader import resolve_config_path as _resolve
 
@@ -61,7 +62,11 @@ def make_plan_stack(
     )
     configs = [load_config(p) for p in paths]
     load_configs_by_name(paths)
-    check_plan(plan, plan_path, merge_models(configs))
+    try:
+        models = merge_models(configs)
+    except PlanError as e:
+        raise LaunchError(str(e)) from None
+    check_plan(plan, plan_path, models)
     if node is not None and node not in {n.name for n in plan.nodes}:
         names = ", ".join(n.name for n in plan.nodes)
         raise LaunchError(f"plan {plan_path}: --node {node}: no such node; it has {names}")

@@ -93,22 +93,6 @@ def start(spec: ProcSpec, log_dir: Path, die_with_parent: bool = True) -> Proc:
     return Proc(spec, popen, log_path)
 
 
-def plan_cpus(roles: list[str], cores: list[int] | None = None) -> list[list[int]]:
-    """Cores for workers of the given roles ("prefill"/"decode"), as separate GPUs would keep
-    them: prefill workers take cores from the front, decode workers from the back, each its own
-    core while there are enough, else sharing round-robin. The rest of the deployment (routers)
-    is not pinned."""
-    cores = sorted(cores if cores is not None else os.sched_getaffinity(0))
-    prefill = [i for i, r in enumerate(roles) if r == "prefill"]
-    decode = [i for i, r in enumerate(roles) if r != "prefill"]
-    out: list[list[int]] = [[] for _ in roles]
-    for k, i in enumerate(prefill):
-        out[i] = [cores[k % len(cores)]]
-    for k, i in enumerate(decode):
-        out[i] = [cores[-1 - k % len(cores)]]
-    return out
-
-
 def healthy(url: str, timeout: float = 2.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout) as resp:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing_extensions import Self
 
 from launch.cluster_part import part_path, write_json
-from launch.models import ModelPlan, merge_models, resolve_model
+from launch.models import ModelPlan
 from launch.plan_deploy import PlanSlice
 from launch.pool_check import check_pool, check_pools
 from launch.ports import PortBook, start_with_fresh_ports
@@ -23,7 +23,6 @@ from launch.procs import (
     LaunchError,
     Proc,
     ProcSpec,
-    plan_cpus,
     start,
     stop_groups,
     wait_healthy,
@@ -32,6 +31,8 @@ from launch.procs import (
 )
 from launch.run_dir import claim, mark_stopped
 from launch.worker_cmd import placement_flags, router_argv, worker_argv
+from planning.models import merge_models, resolve_model
+from planning.pack import PlanError, plan_cpus
 from planning.types import Placement
 from router.api_key import KEY_FILE, write_key_file
 from router.cluster import create_time
@@ -78,7 +79,7 @@ class Stack:
         self.pool_needs = pool_needs or {}
         self.concurrency = concurrency
         self.startup_timeout_s = startup_timeout_s
-        # Each worker on its own cores (launch.procs.plan_cpus), so a prefill and a decode
+        # Each worker on its own cores (planning.pack.plan_cpus), so a prefill and a decode
         # worker contend as little as on separate GPUs.
         self.pin_cpus = pin_cpus
         # backend "sglang" without a GPU: SGLang's CPU path, with its flags and environment.
@@ -120,9 +121,15 @@ class Stack:
 
     def plan(self) -> None:
         self.check_embedders()
-        for name, spec in merge_models(self.configs).items():
-            path, tok = resolve_model(spec, self.backend, local=self.sglang_cpu)
-            m = ModelPlan(name, spec, path, tok)
+        try:
+            specs = merge_models(self.configs)
+            paths = {
+                n: resolve_model(s, self.backend, local=self.sglang_cpu) for n, s in specs.items()
+            }
+        except PlanError as e:
+            raise LaunchError(str(e)) from None
+        for name, spec in specs.items():
+            m = ModelPlan(name, spec, *paths[name])
             if self.plan_slice is not None:
                 ps = self.plan_slice
                 m.spec = spec.model_copy(update={"workers": ps.replica_counts(name)})

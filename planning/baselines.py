@@ -1,13 +1,13 @@
 """The plans an ILP plan is compared with: `naive` (one replica per role, workers dealt
 round-robin over the devices) and `greedy` (today's deployment: the configs' replicas packed
-first-fit decreasing by planning.pack on GPUs, or pinned by launch.procs.plan_cpus on CPU)."""
+first-fit decreasing by planning.pack on GPUs, or pinned by planning.pack.plan_cpus on CPU)."""
 
 from __future__ import annotations
 
 from planning.cost_model import Replica, RoleWork
 from planning.devices import Cluster
 from planning.ilp import PlacedReplica, model_tps
-from planning.pack import PlanError, place
+from planning.pack import PlanError, place, plan_cpus
 from planning.types import GPU, MIB, WorkerDemand
 from router.config import ModelSpec
 
@@ -77,8 +77,6 @@ def greedy(
             )
     devices = cluster.devices
     if cluster.kind == "cpu":
-        from launch.procs import plan_cpus
-
         node = cluster.nodes[0]
         cores = plan_cpus([d.role for d in demands], list(range(cluster.per_node)))
         placed = [

@@ -15,17 +15,14 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Literal
 
 import numpy as np
 
 from planning.cost_model import Replica, RoleWork, tp_speedup
 from planning.devices import Cluster
 from planning.pack import HEADROOM_MIB, PlanError, choose_tp
-from planning.types import MIB, WorkerDemand
+from planning.types import MIB, Mode, WorkerDemand
 
-Mode = Literal["replicate", "fixed"]
-MODES: tuple[Mode, ...] = ("replicate", "fixed")
 MIN_SHARE = 0.01
 TIME_LIMIT_S = 60.0
 WORKER_COST = 0.002

@@ -1,9 +1,11 @@
 """Placement by memory: workers onto GPUs, first-fit decreasing (`pack`) or each on GPUs of its
-own (`one-per-worker`), with a start turn and SGLang's --mem-fraction-static for each worker."""
+own (`one-per-worker`), with a start turn and SGLang's --mem-fraction-static for each worker; and
+onto CPU cores (`plan_cpus`: `--pin-cpus`, and the greedy baseline of a CPU plan)."""
 
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import replace
 
 from planning.types import GPU, MIB, Placement, Policy, WorkerDemand, WorkerPlacement
@@ -26,7 +28,8 @@ MIN_HEADROOM_MIB = CUDA_CONTEXT_MIB + LOAD_SLACK_MIB
 
 
 class PlanError(ValueError):
-    """A deployment that does not fit the GPUs; the message names model, GPU, need and free."""
+    """A plan that cannot be made: a deployment that does not fit (the message names model, GPU,
+    need and free), or planning input that is wrong (GPUs, models, flags: it names the fix)."""
 
 
 def check_headroom(headroom_mib: int) -> None:
@@ -160,3 +163,19 @@ def _refusal(
         f"{headroom / MIB:,.0f}), but {where} {left / MIB:,.0f} MiB free of "
         f"{roomiest.total_mib:,} MiB. {fix}"
     )
+
+
+def plan_cpus(roles: list[str], cores: list[int] | None = None) -> list[list[int]]:
+    """Cores for workers of the given roles ("prefill"/"decode"), as separate GPUs would keep
+    them: prefill workers take cores from the front, decode workers from the back, each its own
+    core while there are enough, else sharing round-robin. The rest of the deployment (routers)
+    is not pinned."""
+    cores = sorted(cores if cores is not None else os.sched_getaffinity(0))
+    prefill = [i for i, r in enumerate(roles) if r == "prefill"]
+    decode = [i for i, r in enumerate(roles) if r != "prefill"]
+    out: list[list[int]] = [[] for _ in roles]
+    for k, i in enumerate(prefill):
+        out[i] = [cores[k % len(cores)]]
+    for k, i in enumerate(decode):
+        out[i] = [cores[-1 - k % len(cores)]]
+    return out

@@ -14,6 +14,10 @@ MIB = 1 << 20
 Policy = Literal["pack", "one-per-worker", "plan"]
 POLICIES: tuple[Policy, ...] = ("pack", "one-per-worker")
 
+# The MILP's modes (planning.ilp): replicate: replica counts are free; fixed: one per role.
+Mode = Literal["replicate", "fixed"]
+MODES: tuple[Mode, ...] = ("replicate", "fixed")
+
 
 @dataclass(frozen=True, slots=True)
 class GPU:

@@ -86,7 +86,7 @@ def _measure(cluster_path: Path, target: Target) -> Profile:
 def _profile(args: argparse.Namespace, target: Target) -> Profile:
     """On the running deployment (--cluster), or on one started here and stopped after."""
     from launch.commands import bring_up, make_stack
-    from planning.commands import PlacementOptions
+    from planning.placement import PlacementOptions
 
     if args.cluster:
         return _measure(Path(args.cluster), target)
@@ -117,9 +117,10 @@ def _profile(args: argparse.Namespace, target: Target) -> Profile:
 
 
 def main(args: argparse.Namespace) -> int:
-    from launch.gpus import has_nvidia_gpus
     from launch.procs import LaunchError
+    from planning.gpus import has_nvidia_gpus
     from planning.model_memory import ModelConfigError
+    from planning.pack import PlanError
     from router.cluster import ClusterError
     from router.config_loader import load_config
     from router.sglang_client import WorkerError
@@ -142,7 +143,8 @@ def main(args: argparse.Namespace) -> int:
     except (ClusterError, ModelConfigError) as e:
         console.print(f"[red]error:[/red] {e}")
         return 2
-    except (ProfileError, LaunchError, WorkerError) as e:
+    # PlanError: nvidia-smi's table could not be read (profiling.machine.device_info).
+    except (ProfileError, LaunchError, PlanError, WorkerError) as e:
         console.print(f"[red]error:[/red] {e}")
         return 1
     profile.dump(out)

@@ -33,7 +33,7 @@ def device_info(cuda: bool) -> DeviceInfo:
     `cuda`, else the CPU: its model name, the cores this process may run on, the machine's."""
     cores = psutil.cpu_count(logical=True) or os.cpu_count() or 1
     if cuda:
-        from launch.gpus import query_gpus
+        from planning.gpus import query_gpus
 
         gpus = query_gpus()
         if gpus:

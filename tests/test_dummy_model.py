@@ -12,10 +12,10 @@ from safetensors import safe_open
 from transformers import AutoConfig, AutoTokenizer
 
 from launch.cli import main as cli_main
-from launch.models import resolve_model
-from launch.procs import LaunchError
 from launch.worker_cmd import worker_argv
 from planning.model_memory import count_parameters
+from planning.models import resolve_model
+from planning.pack import PlanError
 from router.config import ModelSpec
 from sglang_ext.engine import model_store
 from sglang_ext.engine.dummy_model import PLACEHOLDER_NAME, QWEN3_VOCAB, hf_config
@@ -154,5 +154,5 @@ def test_launcher_resolves_dummy_models_and_passes_load_format(backend):
     assert argv[argv.index("--model-path") + 1] == path
     plain = worker_argv(backend, path, ModelSpec(model_path=path), "decode", "127.0.0.1", 1, None)
     assert "--load-format" not in plain
-    with pytest.raises(LaunchError, match="unknown model shape 'nope'"):
+    with pytest.raises(PlanError, match="unknown model shape 'nope'"):
         resolve_model(ModelSpec(model_path="dummy:nope"), backend)

@@ -11,8 +11,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from launch.gpus import assumed_gpus, parse_nvidia_smi, select_gpus
 from launch.procs import LaunchError
+from planning.gpus import assumed_gpus, parse_nvidia_smi, select_gpus
 from planning.model_memory import model_memory
 from planning.pack import HEADROOM_MIB, PlanError, place
 from planning.pool_need import max_new_tokens, max_weight_antichain, pool_needs, prompt_tokens
@@ -58,7 +58,7 @@ def qwen3_dir(root: Path, shape: str) -> str:
 
 
 def fake_nvidia_smi(monkeypatch, folder: Path, n: int, free_mib: int = 81000) -> None:
-    """An `nvidia-smi` on PATH printing n H100 rows of the CSV launch.gpus asks for (GPU i's
+    """An `nvidia-smi` on PATH printing n H100 rows of the CSV planning.gpus asks for (GPU i's
     UUID is GPU-0000000i-..., for the uuid query); no CUDA_VISIBLE_DEVICES inherited."""
     rows = "".join(f"{i}, NVIDIA H100 80GB HBM3, 81559, {free_mib}\\n" for i in range(n))
     uuids = "".join(f"GPU-0000000{i}-aaaa-bbbb-cccc-dddddddddddd, {i}\\n" for i in range(n))
@@ -95,7 +95,7 @@ def pair_8b(tmp_path_factory) -> str:
 
 
 def plan(config_path: str, gpus, policy="pack", concurrency=1, headroom_mib=HEADROOM_MIB):
-    from planning.commands import PlacementOptions, placement_for
+    from planning.placement import PlacementOptions, placement_for
 
     opts = PlacementOptions(
         policy=policy, concurrency=concurrency, gpu_memory=gpus, headroom_mib=headroom_mib
@@ -183,17 +183,17 @@ def test_nvidia_smi_table_and_gpu_selection():
         (1, "NVIDIA H200", 143771, 1000),
     ]
     assert [g.index for g in select_gpus(gpus, "1")] == [1]
-    with pytest.raises(LaunchError, match="--gpus names GPU 5"):
+    with pytest.raises(PlanError, match="--gpus names GPU 5"):
         select_gpus(gpus, "0,5")
     assert [g.free_mib for g in assumed_gpus("2x80GiB")] == [81920, 81920]
-    with pytest.raises(LaunchError, match="2x80GiB"):
+    with pytest.raises(PlanError, match="2x80GiB"):
         assumed_gpus("eighty")
 
 
 def test_an_inherited_cuda_visible_devices_narrows_the_gpus(tmp_path, monkeypatch):
     """nvidia-smi lists every GPU of the node; placement keeps to those CUDA_VISIBLE_DEVICES
     names (by index or UUID), since each placed worker gets its own CUDA_VISIBLE_DEVICES."""
-    from launch.gpus import query_gpus
+    from planning.gpus import query_gpus
 
     fake_nvidia_smi(monkeypatch, tmp_path, 4)
     assert [g.index for g in query_gpus()] == [0, 1, 2, 3]
@@ -208,7 +208,7 @@ def test_an_inherited_cuda_visible_devices_narrows_the_gpus(tmp_path, monkeypatc
         ("MIG-1234", "MIG instances are not supported"),
     ):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", bad)
-        with pytest.raises(LaunchError, match=msg):
+        with pytest.raises(PlanError, match=msg):
             query_gpus()
 
 
@@ -244,7 +244,7 @@ def test_a_pd_pair_shares_one_gpu_in_turns(pair_8b):
 
 @pytest.mark.parametrize("n_gpus", [1, 2])
 def test_the_hetero_tree_is_refused_on_too_few_gpus(hetero, n_gpus):
-    with pytest.raises(LaunchError) as info:
+    with pytest.raises(PlanError) as info:
         plan(hetero, f"{n_gpus}x80GiB")
     msg = str(info.value)
     assert "does not fit" in msg and "MiB free of 81,920" in msg
@@ -263,7 +263,7 @@ def test_the_hetero_tree_fits_four_gpus(hetero):
     # With 20 GiB of headroom per worker the 32B model needs two GPUs, and 4 GPUs are too few.
     roomy = plan(hetero, "8x80GiB", headroom_mib=20000)
     assert {w.demand.tp for w in roomy.workers if w.demand.model == "qwen3vl-32b"} == {2}
-    with pytest.raises(LaunchError, match="does not fit.*headroom 20,000"):
+    with pytest.raises(PlanError, match="does not fit.*headroom 20,000"):
         plan(hetero, "4x80GiB", headroom_mib=20000)
 
 
@@ -295,14 +295,12 @@ def test_a_headroom_below_what_the_fraction_reserves_is_refused(pair_8b):
     from planning.pack import MIN_HEADROOM_MIB
 
     assert MIN_HEADROOM_MIB == 1792
-    with pytest.raises(LaunchError, match="--gpu-headroom-mib 1000 is below the minimum 1792"):
+    with pytest.raises(PlanError, match="--gpu-headroom-mib 1000 is below the minimum 1792"):
         plan(pair_8b, "1x80GiB", headroom_mib=1000)
     with pytest.raises(PlanError, match="--gpu-headroom-mib 0 is below"):
         place([], assumed_gpus("1x80GiB"), headroom_mib=0)
     # At the minimum, a worker alone on its GPU grows its pool into everything: fraction 1.
-    with pytest.raises(
-        LaunchError, match=r"--mem-fraction-static 1\.000 >= 1.*raise --gpu-headroom"
-    ):
+    with pytest.raises(PlanError, match=r"--mem-fraction-static 1\.000 >= 1.*raise --gpu-headroom"):
         plan(pair_8b, "2x80GiB", policy="one-per-worker", headroom_mib=MIN_HEADROOM_MIB)
     fractions = [w.mem_fraction_static for w in plan(pair_8b, "1x80GiB", headroom_mib=1792).workers]
     assert all(0 < f < 1 for f in fractions)
@@ -313,7 +311,7 @@ def test_a_model_no_agent_uses_is_refused(pair_8b, tmp_path):
     raw["models"]["spare"] = dict(raw["models"]["smollm2"])
     path = tmp_path / "spare.json"
     path.write_text(json.dumps(raw))
-    with pytest.raises(LaunchError, match="model 'spare' is declared but no agent uses it"):
+    with pytest.raises(PlanError, match="model 'spare' is declared but no agent uses it"):
         plan(str(path), "1x80GiB")
 
 
@@ -325,7 +323,7 @@ def test_one_per_worker_policy(pair_8b):
     for w in p.workers:
         assert w.pool_tokens > w.demand.pool_tokens
         assert p.used_mib(w.gpus[0]) == pytest.approx(81920, abs=1)
-    with pytest.raises(LaunchError, match="one-per-worker.*--gpu-policy pack"):
+    with pytest.raises(PlanError, match="one-per-worker.*--gpu-policy pack"):
         plan(pair_8b, "1x80GiB", policy="one-per-worker")
     assert HEADROOM_MIB * MIB > 0
 

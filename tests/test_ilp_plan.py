@@ -9,12 +9,12 @@ from collections import defaultdict
 import pytest
 
 from planning import baselines
-from planning.cost_model import device_loads, role_work
+from planning.cost_model import critical_path_seconds, device_loads, role_work
 from planning.devices import cluster
 from planning.ilp import solve
+from planning.ilp_plan import PlanRequest, plan_with_ilp, round_estimate
 from planning.pack import PlanError, place
 from planning.plan_file import DeploymentPlan, Prediction
-from planning.planner import PlanRequest, plan_with_ilp
 from planning.types import GPU, MIB, WorkerDemand
 from router.config_loader import load_config
 from tests.anchor_profile import anchor_profile, model_profile
@@ -69,6 +69,14 @@ def request(tree, profile, gpus, concurrency, mode="replicate", nodes=1):
     )
 
 
+def round_s(tree, profile, sol, concurrency) -> float:
+    """The planner's estimate of a round under a solution (ilp_plan.round_estimate): the busiest
+    device's load, or one question's critical path under its replicas if longer."""
+    replicas = [p.replica for p in sol.replicas]
+    chain = critical_path_seconds([tree], profile, concurrency, 256, replicas)
+    return round_estimate(sol.objective_s, chain, concurrency).latency_median_s
+
+
 def test_replicates_the_heavy_model_when_throughput_is_the_bottleneck(tree, profile):
     work = work_of(tree, profile, 32)
     c = cluster("gpu", "4x141GiB", 1, None, "H200")
@@ -79,9 +87,13 @@ def test_replicates_the_heavy_model_when_throughput_is_the_bottleneck(tree, prof
         counts[(p.replica.model, p.replica.role)] += 1
     assert counts[("qwen3-32b", "decode")] >= 2  # the heaviest load is split over replicas
     assert free.objective_s < 0.95 * fixed.objective_s
+    assert round_s(tree, profile, free, 32) < 0.9 * round_s(tree, profile, fixed, 32)  # 17% here
     # At concurrency 1 a question's chain bounds everything: replicas buy (almost) nothing.
-    light = solve(work_of(tree, profile, 1), c, "replicate", HEADROOM)
-    assert len(light.replicas) <= len(free.replicas)
+    work = work_of(tree, profile, 1)
+    light, alone = solve(work, c, "replicate", HEADROOM), solve(work, c, "fixed", HEADROOM)
+    chain = critical_path_seconds([tree], profile, 1, 256, [p.replica for p in light.replicas])
+    assert chain > light.objective_s  # one question's chain, not a device's load
+    assert round_s(tree, profile, light, 1) > 0.98 * round_s(tree, profile, alone, 1)  # 1% here
 
 
 def test_fixed_mode_keeps_one_replica_per_role_and_shares_sum_to_one(tree, profile):
@@ -92,7 +104,7 @@ def test_fixed_mode_keeps_one_replica_per_role_and_shares_sum_to_one(tree, profi
     free = plan_with_ilp(request(tree, profile, "4x141GiB", 32))[0].plan
     for split in shares(free).values():
         assert sum(split) == pytest.approx(1.0)
-        assert len({(w.model, w.role, w.replica) for w in free.workers}) == len(free.workers)
+    assert len({(w.model, w.role, w.replica) for w in free.workers}) == len(free.workers)
 
 
 def test_the_plan_respects_memory_and_its_objective_is_its_load(tree, profile):

@@ -45,6 +45,8 @@ FORBIDDEN_IMPORTS: list[tuple[str, str, str]] = [
         "the router talks HTTP to workers; it never imports the engine",
     ),
     ("router.config", "routing", "the config schema is below routing; the loader expands pools"),
+    ("planning", "launch", "planning sits below launch: launch executes plans"),
+    ("experiments", "benchmarks", "benchmarks use the product; the product never imports them"),
 ]
 
 

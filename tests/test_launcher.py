@@ -9,11 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from launch.models import merge_models
 from launch.procs import LaunchError, ProcSpec, start, stop_group, wait_healthy
 from launch.run_dir import down_run_dir
 from launch.stack import Stack
 from launch.worker_cmd import server_arg_flags, worker_argv
+from planning.models import merge_models
+from planning.pack import PlanError
 from router.cluster import create_time
 from router.config import ModelSpec
 from router.config_loader import load_config
@@ -53,7 +54,7 @@ def test_configs_sharing_a_model_merge_and_conflicts_fail():
     tree, dense = load_config("tree_9_3_1_cpu"), load_config("all_to_all_9_9_1_cpu")
     assert list(merge_models([tree, dense])) == ["smollm2"]
     other = tree.model_copy(update={"models": {"smollm2": ModelSpec(model_path="/elsewhere")}})
-    with pytest.raises(LaunchError, match="defined differently"):
+    with pytest.raises(PlanError, match="defined differently"):
         merge_models([tree, other])
 
 
@@ -62,7 +63,7 @@ def test_a_model_no_agent_uses_is_refused_before_anything_starts(tmp_path):
     tree = load_config("tree_3_1_cpu")
     spare = tree.model_copy(update={"models": {**tree.models, "spare": tree.models["smollm2"]}})
     msg = f"{tree.name}: model 'spare' is declared but no agent uses it; remove it from models"
-    with pytest.raises(LaunchError, match=msg):
+    with pytest.raises(PlanError, match=msg):
         merge_models([spare])
     # Used by an agent of another config deployed with it: fine.
     assert list(merge_models([tree])) == ["smollm2"]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import os
 import sys
 
-from launch.procs import ProcSpec, plan_cpus, start, stop_group
+from launch.procs import ProcSpec, start, stop_group
+from planning.pack import plan_cpus
 
 
 def test_plan_cpus_keeps_prefill_and_decode_apart():

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from launch.cluster_part import NodePart, merge_parts
-from launch.models import merge_models
 from launch.plan_deploy import check_plan
 from launch.plan_up import make_plan_stack
 from launch.procs import LaunchError
+from planning.models import merge_models
 from planning.plan_file import DeploymentPlan
 from router.config_loader import load_config
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import launch.gpus
+import planning.gpus
 from launch.commands import make_stack
 from launch.procs import LaunchError
 from launch.stack import SGLANG_HEALTH_PROBE_S, Stack
@@ -31,7 +31,7 @@ def cpu_config(tmp_path: Path):
 
 
 def test_up_without_a_gpu_runs_sglang_on_its_cpu_path(tmp_path, monkeypatch):
-    monkeypatch.setattr(launch.gpus, "has_nvidia_gpus", lambda: False)
+    monkeypatch.setattr(planning.gpus, "has_nvidia_gpus", lambda: False)
     stack = make_stack(["tree_3_1_cpu"], "sglang", tmp_path / "run", "127.0.0.1")
     assert stack.sglang_cpu and stack.placement is None
     assert not make_stack(["tree_3_1_cpu"], "torch", tmp_path / "r2", "127.0.0.1").sglang_cpu

@@ -24,8 +24,8 @@ from test_sglang_gpu import attention, dummy_model_dir, gpus, sglang_case  # noq
 
 from benchmarks.gpu.fit_config import fit
 from experiments.results import read_results
-from launch.gpus import query_gpus
 from launch.ports import port_in_use
+from planning.gpus import query_gpus
 from planning.pool_need import pool_needs
 from router.config_loader import load_config, resolve_config_path
 from sglang_ext import protocol as P

@@ -45,7 +45,7 @@ def fa3_library_installed() -> bool:
 @functools.cache
 def gpus_are_hopper() -> bool:
     """Every visible GPU is sm90 (FA3's only target); False if nvidia-smi cannot say. Asked here
-    rather than through launch/gpus.py: sglang_ext does not import the launcher."""
+    rather than through planning/gpus.py: sglang_ext does not import planning/."""
     if shutil.which("nvidia-smi") is None:
         return False
     try:

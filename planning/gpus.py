@@ -1,6 +1,8 @@
 """The GPUs placement may use: nvidia-smi's table (index, name, total and free MiB), narrowed to
 an inherited CUDA_VISIBLE_DEVICES and by `--gpus`, or an assumed one (`--gpu-memory 2x80GiB`) to
-plan on a machine without GPUs."""
+plan on a machine without GPUs. Facts about the machine, not about launching: `moa-pd plan` reads
+them here, and launch/ (which executes plans) and profiling/ import them from here. Errors are
+PlanError, which launch/ turns into its LaunchError."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ import re
 import shutil
 import subprocess
 
-from launch.procs import LaunchError
+from planning.pack import PlanError
 from planning.types import GPU
 
 QUERY = "--query-gpu=index,name,memory.total,memory.free"
@@ -23,7 +25,7 @@ def query_gpus() -> list[GPU]:
     """Every GPU nvidia-smi lists, with the memory free now; only those an inherited
     CUDA_VISIBLE_DEVICES names, where it is set (visible_indices)."""
     if shutil.which("nvidia-smi") is None:
-        raise LaunchError(
+        raise PlanError(
             "--backend sglang needs NVIDIA GPUs, but nvidia-smi is not on PATH; "
             "use --backend torch on machines without a GPU, or plan with --gpu-memory 1x80GiB"
         )
@@ -45,7 +47,7 @@ def _nvidia_smi(query: str) -> str:
             timeout=30,
         ).stdout
     except (subprocess.CalledProcessError, subprocess.TimeoutExpired) as e:
-        raise LaunchError(f"nvidia-smi failed: {getattr(e, 'stderr', '') or e}") from None
+        raise PlanError(f"nvidia-smi failed: {getattr(e, 'stderr', '') or e}") from None
 
 
 def visible_indices(visible: str, gpus: list[GPU]) -> list[int]:
@@ -59,7 +61,7 @@ def visible_indices(visible: str, gpus: list[GPU]) -> list[int]:
     MIG instances (MIG-...) cannot be placed on and are refused."""
     entries = [e.strip() for e in visible.split(",")]
     if not any(entries):
-        raise LaunchError(
+        raise PlanError(
             "CUDA_VISIBLE_DEVICES is set but empty, so CUDA sees no GPU; unset it, or list the "
             "GPUs to use (e.g. CUDA_VISIBLE_DEVICES=0,1, or --gpus 0,1)"
         )
@@ -74,12 +76,12 @@ def visible_indices(visible: str, gpus: list[GPU]) -> list[int]:
             found = [i for u, i in uuids.items() if u.lower().startswith(entry.lower())]
             index = found[0] if len(found) == 1 else -1
         else:
-            raise LaunchError(
+            raise PlanError(
                 f"CUDA_VISIBLE_DEVICES={visible}: cannot place workers on {entry!r}; give GPU "
                 "indices or GPU UUIDs (MIG instances are not supported), or unset it"
             )
         if index not in {g.index for g in gpus}:
-            raise LaunchError(
+            raise PlanError(
                 f"CUDA_VISIBLE_DEVICES={visible} names {entry!r}, which is none of the GPUs "
                 f"nvidia-smi lists ({sorted(g.index for g in gpus)}); fix or unset it"
             )
@@ -94,7 +96,7 @@ def _uuids() -> dict[str, int]:
     try:
         return {uuid.strip(): int(index) for uuid, index in rows}
     except ValueError:
-        raise LaunchError(f"cannot read nvidia-smi's GPU UUIDs from {rows!r}") from None
+        raise PlanError(f"cannot read nvidia-smi's GPU UUIDs from {rows!r}") from None
 
 
 def parse_nvidia_smi(text: str) -> list[GPU]:
@@ -107,7 +109,7 @@ def parse_nvidia_smi(text: str) -> list[GPU]:
             total, free = int(parts[-2]), int(parts[-1])
             gpus.append(GPU(int(parts[0]), ", ".join(parts[1:-2]), total, free))
         except (ValueError, IndexError):
-            raise LaunchError(
+            raise PlanError(
                 f"cannot read nvidia-smi's line {line!r} (expected index, name, total, free)"
             ) from None
     return gpus
@@ -117,7 +119,7 @@ def assumed_gpus(spec: str) -> list[GPU]:
     """`--gpu-memory 2x80GiB` (or 80GB, 81920MiB; N defaults to 1): identical, empty GPUs."""
     m = re.fullmatch(r"(?:(\d+)x)?(\d+(?:\.\d+)?)\s*(GiB|GB|MiB|MB)", spec.strip(), re.IGNORECASE)
     if not m or int(m.group(1) or 1) < 1:
-        raise LaunchError(f"--gpu-memory {spec!r}: write N x memory, e.g. 2x80GiB or 1x141GB")
+        raise PlanError(f"--gpu-memory {spec!r}: write N x memory, e.g. 2x80GiB or 1x141GB")
     count, size, unit = int(m.group(1) or 1), float(m.group(2)), m.group(3).lower()
     mib = int(size * {"gib": 1024, "gb": 1e9 / 2**20, "mib": 1, "mb": 1e6 / 2**20}[unit])
     return [GPU(i, f"assumed {spec}", mib, mib) for i in range(count)]
@@ -130,11 +132,11 @@ def select_gpus(gpus: list[GPU], wanted: str | None) -> list[GPU]:
     try:
         ids = [int(x) for x in wanted.split(",") if x.strip()]
     except ValueError:
-        raise LaunchError(f"--gpus {wanted!r}: give GPU indices like 0,1") from None
+        raise PlanError(f"--gpus {wanted!r}: give GPU indices like 0,1") from None
     known = {g.index: g for g in gpus}
     missing = [i for i in ids if i not in known]
     if missing:
-        raise LaunchError(
+        raise PlanError(
             f"--gpus names GPU {missing[0]}, but the GPUs here are {sorted(known) or 'none'}"
         )
     return [known[i] for i in dict.fromkeys(ids)]

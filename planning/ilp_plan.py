@@ -9,10 +9,11 @@ from dataclasses import dataclass
 from planning import baselines
 from planning.cost_model import RoleWork, critical_path_seconds, device_loads, role_work
 from planning.devices import Cluster
-from planning.ilp import Mode, PlacedReplica, solve
+from planning.ilp import PlacedReplica, solve
 from planning.pack import PlanError
 from planning.plan_file import DeploymentPlan, PlannedNode, Prediction
 from planning.planned_workers import planned_workers
+from planning.types import Mode
 from profiling.profile_file import Profile
 from router.config import ModelSpec, TopologyConfig
 
@@ -91,7 +92,6 @@ def plan_with_ilp(req: PlanRequest, evaluate: Evaluator | None = None) -> list[S
     if req.concurrency < 1:
         raise PlanError(f"--concurrency must be at least 1, got {req.concurrency}")
     work = role_work(req.configs, req.profile, req.concurrency, req.question_tokens)
-    critical = critical_path_seconds(req.configs, req.profile, req.concurrency, req.question_tokens)
     specs = _specs(req.configs)
     tp_sizes = {m: int(s.server_args.get("sglang", {}).get("tp_size", 0)) for m, s in specs.items()}
     sol = solve(work, req.cluster, req.mode, req.headroom_mib, tp_sizes)

@@ -1,21 +1,29 @@
-"""`moa-pd plan --profile profile.json`: solve the placement and replication MILP for the devices
-named (--gpus N[xMEM] | --cpus N[xMEM], --nodes K), print the plan beside the naive and greedy
-baselines, and write plan.json (--out)."""
+"""`moa-pd plan`: its flags and its two modes. Without --profile, memory placement
+(planning.placement): the configs' workers packed onto the GPUs here (--gpus) or assumed
+(--gpu-memory), printed. With --profile profile.json, the placement and replication MILP
+(planning.ilp) for the devices named (--gpus N[xMEM] | --cpus N[xMEM], --nodes K): the plan
+printed beside the naive and greedy baselines, and written to plan.json (--out).
+
+Importing this module (the CLI does, for `moa-pd --help`) stays light: the MILP, the profile and
+the simulator are imported by the command that uses them."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.markup import escape
 
-from planning.devices import Cluster, cluster
-from planning.ilp import MODES
 from planning.pack import PlanError
-from planning.plan_tables import comparison_table, worker_table
-from planning.planner import Evaluator, PlanRequest, plan_with_ilp
-from profiling.profile_file import Profile
+from planning.placement import PlacementOptions, add_placement_args, placement_for, print_placement
+from planning.types import MODES
+
+if TYPE_CHECKING:
+    from planning.devices import Cluster
+    from planning.ilp_plan import Evaluator
+    from profiling.profile_file import Profile
 
 # A CPU worker's memory beyond weights and pool: the Python process and torch's runtime.
 CPU_HEADROOM_MIB = 1024
@@ -42,6 +50,8 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
 
 
 def _cluster(args: argparse.Namespace, profile: Profile) -> Cluster:
+    from planning.devices import cluster
+
     dev = profile.device
     if args.cpus:
         import psutil
@@ -66,6 +76,10 @@ def _cluster(args: argparse.Namespace, profile: Profile) -> Cluster:
 
 
 def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int:
+    """`moa-pd plan --profile`: the MILP's plan and its baselines, printed (and written)."""
+    from planning.ilp_plan import PlanRequest, plan_with_ilp
+    from planning.tables import comparison_table, worker_table
+    from profiling.profile_file import Profile
     from router.config_loader import load_config
 
     err = Console(stderr=True, soft_wrap=True)
@@ -101,3 +115,27 @@ def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int
         plan.dump(args.out)
         console.print(f"plan written to {Path(args.out)}")
     return 0
+
+
+def main(args: argparse.Namespace) -> int:
+    from router.config_loader import load_config
+
+    if args.profile:
+        from simulation.predict import predict_plan
+
+        return run_plan(args, predict_plan)
+
+    configs = [load_config(c) for c in args.config]
+    try:
+        plan = placement_for(configs, PlacementOptions.from_args(args))
+    except PlanError as e:
+        Console(stderr=True, soft_wrap=True).print(f"[red]error:[/red] {e}")
+        return 2
+    print_placement(plan)
+    return 0
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", action="append", required=True, help="config (path or name)")
+    add_placement_args(p)
+    add_plan_args(p)
