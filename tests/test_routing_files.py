@@ -25,6 +25,7 @@ from routing.routing_files import (
     MAX_INLINE_BYTES,
     RoutingFiles,
     content_digest,
+    inline_routing_files,
 )
 from routing.scorer_file import Scorer
 from tests.router_fixtures import smollm_tokenizer_path, start_fake_cluster, tree_config  # noqa: F401
@@ -238,3 +239,18 @@ def test_a_router_never_reads_a_path_it_did_not_load_at_start(tmp_path):
             load_scorer(cfg, "t", files)
         assert watch.touched() == []
     assert set(load_scorer(cfg, "t").candidates) == {"c0", "c1"}  # in-process: read on demand
+
+
+def test_the_runner_sends_its_scorer_and_profile_inline(tmp_path):
+    from experiments.run import RunSpec, variants
+    from experiments.settings import parse_settings
+
+    raw = routed("mine_routed", str(FIXTURE_SCORER), profile=str(PROFILE))
+    (tmp_path / "mine.json").write_text(json.dumps(raw))
+    spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 1, parse_settings("6"), 1, tmp_path)
+    spec.routed_config = str(tmp_path / "mine.json")
+    ((sent, name, _),) = variants(spec, spec.settings[0])
+    assert name == "mine_routed"
+    assert sent["routing"]["scorer"] == json.loads(FIXTURE_SCORER.read_text())
+    assert sent["routing"]["profile"] == json.loads(PROFILE.read_text())
+    assert inline_routing_files(sent) == sent  # already inline: left as it is
