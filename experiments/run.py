@@ -139,13 +139,16 @@ def variants(spec: RunSpec, setting: Setting) -> list[tuple[dict, str, str | Non
     """What one question of `setting` runs: (the config object the runner registers with the
     router, its name for the row, single model); one entry per model (per pool candidate, by
     its id, when the config has a pool) for #5, else one. The router is handed the config
-    itself, never a path: it serves only what it was started with or what was registered."""
+    itself, never a path: it serves only what it was started with or what was registered. A
+    routed config's scorer and profile go inline too (the router reads no file a request names,
+    and may not have been started with them)."""
     from router.config_loader import load_config, resolve_config_path
+    from routing.routing_files import inline_routing_files
 
     path = config_for(spec, setting)
     raw = json.loads(resolve_config_path(path).read_text(encoding="utf-8"))
     if setting.topology != "single":
-        return [(raw, load_config(path).name, None)]
+        return [(inline_routing_files(raw), load_config(path).name, None)]
     return [
         (c.model_dump(mode="json"), c.name, cid)
         for cid, c in single_model_configs(load_config(path)).items()
@@ -383,6 +386,8 @@ def run_experiment(spec: RunSpec) -> list[Path]:
     spec.out_dir.mkdir(parents=True, exist_ok=True)
     for s in spec.settings:
         config_for(spec, s)  # fail on a missing --dense-config before anything starts
+        if s.topology == "routed":
+            variants(spec, s)  # and on a scorer or profile the runner cannot read and send
     check_votes(spec)
     if spec.cluster_path:
         cluster = json.loads(Path(spec.cluster_path).read_text())

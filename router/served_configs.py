@@ -1,7 +1,9 @@
 """The topologies a shell router serves, by name: the configs it was started with
 (`python -m router --config`) plus those registered since through `POST /v1/moa/configs` (the
 runner registers the configs it runs). A request names one of them; nothing a client sends
-makes the router read a file. Used by api_request.py and server.py."""
+makes the router read a file: a registered config may use only the embedding models, scorers
+and profiles the router loaded at start, or scorers and profiles sent inline
+(routing/routing_files.py). Used by api_request.py and server.py."""
 
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ from collections.abc import Iterable
 
 from router.config import TopologyConfig
 from router.embedder import DEFAULT_MODEL
+from routing.routing_files import Admitted, RoutingFiles
 
 # A router lives for days and a sweep registers a variant per run: enough, and bounded.
 MAX_REGISTERED = 1000
@@ -39,14 +42,24 @@ class RegistrationRefused(ValueError):
 
 def needs_embedder(cfg: TopologyConfig) -> bool:
     """Whether a question of `cfg` may load its embedding model (a request can turn method-q
-    early exit on even where the config leaves it off)."""
+    early exit on even where the config leaves it off; routing embeds every question)."""
     bypass = cfg.aggregator_bypass
-    return cfg.early_exit.method == "q" or (bypass.enabled and bypass.criterion == "q")
+    return (
+        cfg.early_exit.method == "q"
+        or (bypass.enabled and bypass.criterion == "q")
+        or cfg.routing is not None
+    )
 
 
 class ServedConfigs:
-    def __init__(self, configs: dict[str, TopologyConfig]) -> None:
+    """`files`: the scorers and profiles routing may use (by default, those `configs` name,
+    read now)."""
+
+    def __init__(
+        self, configs: dict[str, TopologyConfig], files: RoutingFiles | None = None
+    ) -> None:
         self._by_name = dict(configs)
+        self.files = files if files is not None else RoutingFiles.at_start(configs.values())
         self._registered = 0
         # Embedding models a registered config may use: those the start-up configs load (the
         # router checked them at start) and the bundled default, which names no path.
@@ -67,12 +80,14 @@ class ServedConfigs:
             raise ModelNotFound(name, self.names(), param)
         return cfg
 
-    def register(self, cfg: TopologyConfig) -> bool:
+    def register(self, cfg: TopologyConfig, admitted: Admitted | None = None) -> bool:
         """Serve `cfg` under its name; True when it is new, False when that name already
-        serves the same config. ConfigConflict when it serves another one."""
+        serves the same config (naming the same scorer and profile by path, by digest or
+        inline counts as the same). ConfigConflict when it serves another one. `admitted`:
+        the inline files of `cfg`'s registration (RoutingFiles.admit), kept once it is."""
         known = self._by_name.get(cfg.name)
         if known is not None:
-            if known != cfg:
+            if self.files.canonical(known) != self.files.canonical(cfg):
                 raise ConfigConflict(
                     f"a different topology is already served as '{cfg.name}'; register this "
                     "one under another name"
@@ -90,4 +105,6 @@ class ServedConfigs:
             )
         self._by_name[cfg.name] = cfg
         self._registered += 1
+        if admitted is not None:
+            self.files.keep(admitted)
         return True

@@ -44,6 +44,7 @@ from router.served_configs import (
 )
 from router.sessions import SessionConflict, SessionStore
 from routing.router_hook import PoolRouters
+from routing.routing_files import RoutingFiles
 from sglang_ext import protocol as P
 
 log = logging.getLogger(__name__)
@@ -66,12 +67,16 @@ def make_app(
     but /health needs it as a bearer token."""
     middlewares = [_errors] + ([require_key(api_key)] if api_key else [])
     app = web.Application(middlewares=middlewares, client_max_size=client_max_size)
-    app[CONFIGS] = ServedConfigs(configs)
+    # The scorers and profiles of the start-up configs, read now; a registered config names
+    # one of them or sends its own inline, never a path to read (routing/routing_files.py).
+    deployed = {name: m.model_path for name, m in cluster.models.items()}
+    files = RoutingFiles.at_start(configs.values(), deployed)
+    app[CONFIGS] = ServedConfigs(configs, files)
     app[API_KEY] = api_key or None
     app[HOOK] = early_exit_hook if early_exit_hook is not None else EarlyExitHooks()
     # Routing shares the early-exit hooks' embedding services (one MiniLM for both).
     embeddings = app[HOOK] if isinstance(app[HOOK], EarlyExitHooks) else EarlyExitHooks()
-    app[ROUTERS] = PoolRouters(embeddings.embedding)
+    app[ROUTERS] = PoolRouters(embeddings.embedding, files)
     urls = [u for m in cluster.models.values() for u in (m.router_url, *m.prefill_urls)]
     urls += [u for m in cluster.models.values() for u in m.decode_urls]
     app[ADDRESSES] = internal_addresses(urls)
@@ -283,20 +288,26 @@ async def _agent_stream(
 async def register_config(request: web.Request) -> web.Response:
     """A topology config (a JSON object, as in cfgs/) to serve by its name: 201 when new, 200
     when that name already serves the same config, 409 when it serves another. Its models must
-    be ones this router serves. The runner registers the configs it runs this way."""
+    be ones this router serves; its routing.scorer and routing.profile, ones this router loaded
+    at start (by path or digest) or sent inline as JSON objects: no path it names is read
+    (routing/routing_files.py). The runner registers the configs it runs this way."""
     try:
         raw = json.loads(await request.read())
     except (UnicodeDecodeError, json.JSONDecodeError) as e:
         raise BadRequest(f"the body is not JSON: {e}; send a topology config object") from None
-    cfg = config_from_dict(raw, "request body")
+    served = request.app[CONFIGS]
+    admitted = served.files.admit(raw)  # before anything else looks at a path in it
+    cfg = config_from_dict(admitted.raw, "request body")
     request.app[CTX].check_served(cfg)
-    created = request.app[CONFIGS].register(cfg)
+    served.files.check_model_paths(cfg)
+    served.files.check_registered(cfg, admitted)
+    created = served.register(cfg, admitted)
     if created:
         log.info("registered topology '%s'", cfg.name)
-    return web.json_response(
-        {"id": cfg.name, "object": "model", "owned_by": "moa-pd", "created": created},
-        status=201 if created else 200,
-    )
+    body = {"id": cfg.name, "object": "model", "owned_by": "moa-pd", "created": created}
+    if cfg.routing is not None:  # the digests to name its scorer and profile by from now on
+        body["routing_files"] = served.files.digests(cfg)
+    return web.json_response(body, status=201 if created else 200)
 
 
 def _agent_reply(request: web.Request, session: Session, agent_id: str) -> web.Response:

@@ -5,10 +5,10 @@ speed), computed once per config: they do not depend on the question."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from router.config import TopologyConfig
 from router.config_loader import ConfigError
+from routing.routing_files import RoutingFiles
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,26 +19,20 @@ class Estimate:
     latency_s: float | None  # None where the config weighs no latency and gives no speed
 
 
-def resolve_path(path: str) -> Path:
-    """A path from a config: as given (relative to the cwd), else relative to the repository
-    root (where shipped configs name their fixtures)."""
-    p = Path(path)
-    if not p.is_absolute() and not p.exists():
-        repo = Path(__file__).resolve().parent.parent / p
-        if repo.exists():
-            return repo
-    return p
-
-
-def model_size_b(cfg: TopologyConfig, model: str, source: str) -> float:
-    """The declared size, else the parameters counted from the model's config.json."""
+def model_size_b(
+    cfg: TopologyConfig, model: str, source: str, files: RoutingFiles | None = None
+) -> float:
+    """The declared size, else the parameters counted from the model's config.json (where
+    `files` trusts its model_path: by default, any)."""
     declared = cfg.routing.model_sizes_b if cfg.routing else {}
     if model in declared:
         return declared[model]
     from planning.model_memory import ModelConfigError, model_memory
 
+    files = files if files is not None else RoutingFiles.trusting()
+    path = files.model_path(cfg, model, source)
     try:
-        return model_memory(cfg.models[model].model_path).parameters / 1e9
+        return model_memory(path).parameters / 1e9
     except (ModelConfigError, ValueError, OSError) as e:  # e.g. a 'dummy:SHAPE' path
         raise ConfigError(
             source,
@@ -47,17 +41,15 @@ def model_size_b(cfg: TopologyConfig, model: str, source: str) -> float:
         ) from None
 
 
-def decode_seconds_per_token(cfg: TopologyConfig, model: str, source: str) -> float | None:
+def decode_seconds_per_token(
+    cfg: TopologyConfig, model: str, source: str, files: RoutingFiles | None = None
+) -> float | None:
     r = cfg.routing
     if r is None:
         return None
     if r.profile is not None:
-        from profiling.profile_file import Profile
-
-        try:
-            prof = Profile.load(resolve_path(r.profile))
-        except (OSError, ValueError) as e:
-            raise ConfigError(source, "routing.profile", f"cannot read {r.profile}: {e}") from None
+        files = files if files is not None else RoutingFiles.trusting()
+        prof = files.profile(r.profile, source)
         if model in prof.models:
             return prof.models[model].decode_step_seconds(1, 512.0)
     if model in r.decode_tokens_per_s:
@@ -72,17 +64,21 @@ def decode_seconds_per_token(cfg: TopologyConfig, model: str, source: str) -> fl
     return None
 
 
-def estimate_pool(cfg: TopologyConfig, source: str = "<config>") -> dict[str, Estimate]:
+def estimate_pool(
+    cfg: TopologyConfig, source: str = "<config>", files: RoutingFiles | None = None
+) -> dict[str, Estimate]:
     """Every candidate's estimate; ConfigError (naming `source` and the key) where a size or a
-    speed the ranking needs is missing."""
+    speed the ranking needs is missing. The profile comes from `files` (by default, read from
+    the path the config names)."""
+    files = files if files is not None else RoutingFiles.trusting()
     out: dict[str, Estimate] = {}
     sizes: dict[str, float] = {}
     speeds: dict[str, float | None] = {}
     for cid in cfg.pool_ids:
         model = cfg.agent(cid).model
         if model not in sizes:
-            sizes[model] = model_size_b(cfg, model, source)
-            speeds[model] = decode_seconds_per_token(cfg, model, source)
+            sizes[model] = model_size_b(cfg, model, source, files)
+            speeds[model] = decode_seconds_per_token(cfg, model, source, files)
         tokens = cfg.sampling_of(cid).max_new_tokens or 0
         s = speeds[model]
         out[cid] = Estimate(

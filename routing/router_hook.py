@@ -10,15 +10,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from pydantic import ValidationError
 
 from router.config import TopologyConfig
 from router.config_loader import ConfigError
 from router.embedder import EmbedderError
 from routing.choose import RoutingDecision, choose
-from routing.estimates import Estimate, estimate_pool, resolve_path
+from routing.estimates import Estimate, estimate_pool
 from routing.posterior_hook import PosteriorHook
 from routing.query_embedding import pool_tokens
+from routing.routing_files import RoutingFiles, check_scorer
 from routing.scorer_file import Scorer
 
 if TYPE_CHECKING:
@@ -26,33 +26,12 @@ if TYPE_CHECKING:
     from router.orchestrator import Session
 
 
-def load_scorer(cfg: TopologyConfig, source: str) -> Scorer:
-    """The config's scorer, checked against its pool; ConfigError naming what is wrong."""
-    path = resolve_path(cfg.routing.scorer)
-    try:
-        scorer = Scorer.load(path)
-    except OSError as e:
-        raise ConfigError(source, "routing.scorer", f"cannot read {path}: {e.strerror}") from None
-    except ValidationError as e:
-        raise ConfigError(
-            source, "routing.scorer", f"{path} is no scorer.json: {e.errors()[0]['msg']}"
-        ) from None
-    if scorer.embedder != cfg.early_exit.embedding_model:
-        raise ConfigError(
-            source,
-            "routing.scorer",
-            f"{path} was trained on '{scorer.embedder}' embeddings, but the config embeds with "
-            f"'{cfg.early_exit.embedding_model}' (early_exit.embedding_model); retrain it "
-            "(moa-pd train-scorer --embedding-model ...) or embed as it was trained",
-        )
-    missing = [c for c in cfg.pool_ids if c not in scorer.candidates]
-    if missing:
-        raise ConfigError(
-            source,
-            "routing.scorer",
-            f"{path} has no model for pool candidates {missing}; train it on runs of them "
-            "(moa-pd train-scorer) or remove them from the pool",
-        )
+def load_scorer(cfg: TopologyConfig, source: str, files: RoutingFiles | None = None) -> Scorer:
+    """The config's scorer from `files` (by default, read from the path it names), checked
+    against its pool; ConfigError naming what is wrong."""
+    files = files if files is not None else RoutingFiles.trusting()
+    scorer = files.scorer(cfg.routing.scorer, source)
+    check_scorer(cfg, scorer, source, cfg.routing.scorer)
     return scorer
 
 
@@ -105,10 +84,13 @@ def _routing_view(cfg: TopologyConfig) -> tuple:
 class PoolRouters:
     """Per router process: `routers(cfg)` → that config's PoolRouter (None without routing).
     `embedding(name)` gives the embedding service of a model name (the early-exit hooks' own,
-    so one MiniLM serves both)."""
+    so one MiniLM serves both). `files` holds the scorers and profiles (the shell router's:
+    those it loaded at start and those registered inline, never a path a request names); by
+    default any path a config names is read."""
 
-    def __init__(self, embedding: Callable[[str], Any]) -> None:
+    def __init__(self, embedding: Callable[[str], Any], files: RoutingFiles | None = None) -> None:
         self._embedding = embedding
+        self.files = files if files is not None else RoutingFiles.trusting()
         self._by_config: dict[str, tuple[TopologyConfig, PoolRouter]] = {}
 
     def __call__(self, cfg: TopologyConfig) -> PoolRouter | None:
@@ -119,8 +101,8 @@ class PoolRouters:
             source = f"config '{cfg.name}'"
             router = PoolRouter(
                 cfg,
-                load_scorer(cfg, source),
-                estimate_pool(cfg, source),
+                load_scorer(cfg, source, self.files),
+                estimate_pool(cfg, source, self.files),
                 self._embedding(cfg.early_exit.embedding_model),
             )
             cached = self._by_config[cfg.name] = (cfg, router)

@@ -6,6 +6,13 @@ processes on loopback), checked for issue 21:
   and its file mode 0600;
 - `moa-pd run --cluster D/cluster.json` with an edited copy of the served config (the runner
   reads the key file and registers the config; no path goes to the router);
+- issue 30: a client cannot make the router read a file. Routed configs whose routing.scorer,
+  then routing.profile, is an existing non-JSON file, a missing one, a FIFO (opening it would
+  hang the router), a directory, a JSON file that is no scorer, a scorer the router did not
+  load, /etc/shadow, ... are all refused at registration with one and the same answer, and
+  inotify sees nothing in the probe folder opened or listed; the same routed config with its
+  scorer inline is served and routes, and `moa-pd run --settings 6` with a routed config the
+  router was not started with runs;
 - a second `moa-pd up` on the folder refuses, naming the live processes and both ways out,
   and starts nothing; once the deployment is dead (SIGKILL, as a crash), `up` takes the folder
   over;
@@ -40,6 +47,7 @@ from tests.deployment_procs import (
 )
 
 pytestmark = pytest.mark.slow
+ROOT = Path(__file__).resolve().parent.parent
 KEY = "moa-test-" + secrets.token_hex(16)
 MSGS = [{"role": "user", "content": "What is 2+3?"}]
 
@@ -125,6 +133,102 @@ def test_run_with_an_edited_config_file_through_the_key(detached):
     r = _cli(*run_argv(str(mine), out, "--cluster", str(run_dir / "cluster.json")), key=False)
     assert r.returncode == 0, r.stdout + r.stderr
     assert_ran_once_each(out)
+
+
+def _scorer_doc() -> dict:
+    """The fixture scorer cut to the two candidates of `_routed`'s pool."""
+    doc = json.loads((ROOT / "tests" / "fixtures" / "scorer_pool_cpu.json").read_text())
+    models = list(doc["candidates"].values())
+    doc["candidates"] = {"c0": models[0], "c1": models[1]}
+    return doc
+
+
+def _routed(tiny: dict, name: str, scorer: object, **routing) -> dict:
+    """The tiny tree's model and aggregator with a pool of two personas, routed (k=1)."""
+    user = "Question:\n{question}\n\nCandidates:\n\n<|answers:pool|>\n\nAnswer."
+    personas = ["Answer first, then justify briefly.", "Work step by step."]
+    return {
+        "name": name,
+        "models": tiny["models"],
+        "pool": {
+            "candidates": [
+                {"id": f"c{i}", "model": "smollm2", "persona": p} for i, p in enumerate(personas)
+            ]
+        },
+        "routing": {"scorer": scorer, "k": 1, "model_sizes_b": {"smollm2": 0.1345}, **routing},
+        "templates": {"agg": {"user": user}},
+        "agents": [{"id": "final", "model": "smollm2", "template": "agg"}],
+        "sampling": {"max_new_tokens": 6, "temperature": 0.0},
+    }
+
+
+def test_a_client_cannot_make_the_router_read_a_file(detached):
+    from tests.file_watch import OpenWatch, fifo_tripwire
+
+    run_dir, tmp = detached["run_dir"], detached["tmp"]
+    url = json.loads((run_dir / "cluster.json").read_text())["shell_router_url"]
+    auth = {"Authorization": f"Bearer {KEY}"}
+    tiny = json.loads(Path(detached["config"]).read_text())
+    probe = tmp / "probe"
+    (probe / "sub").mkdir(parents=True)
+    (probe / "plain.txt").write_text("root:x:0:0:root:/root:/bin/bash\n")
+    (probe / "not_scorer.json").write_text(json.dumps({"schema": "moa-pd.scorer/1"}))
+    (probe / "sub" / "scorer.json").write_text(json.dumps(_scorer_doc()))
+    refs = [
+        *(str(probe / n) for n in ("plain.txt", "missing.json", "not_scorer.json", "sub")),
+        str(probe / "sub" / "scorer.json"),
+        str(probe / "fifo"),
+        "/etc/passwd",
+        "/etc/shadow",
+        "/root/.bash_history",
+        "/nonexistent/x.json",
+    ]
+    with fifo_tripwire(probe / "fifo", release_after_s=20), OpenWatch(probe, probe / "sub") as w:
+        (probe / "sub" / "scorer.json").read_bytes()  # the watch sees an open: it works
+        assert set(w.touched()) == {str(probe / "sub" / "scorer.json")}
+        for field in ("scorer", "profile"):
+            bodies = {}
+            for ref in refs:
+                raw = _routed(tiny, "probe", _scorer_doc())
+                raw["routing"][field] = ref
+                r = requests.post(url + "/v1/moa/configs", json=raw, headers=auth, timeout=15)
+                bodies[ref] = (r.status_code, r.content)
+            assert {status for status, _ in bodies.values()} == {400}, bodies
+            assert len({body for _, body in bodies.values()}) == 1, bodies
+            msg = json.loads(bodies[refs[0]][1])["error"]["message"]
+            assert f"routing.{field}: a config registered over HTTP may name only" in msg, msg
+            assert str(probe) not in msg and "No such file" not in msg
+        assert w.touched() == []  # no file in the probe folder opened, read, or listed
+    chat = {"model": "probe", "messages": MSGS, "max_tokens": 4}
+    r = requests.post(url + "/v1/chat/completions", json=chat, headers=auth, timeout=30)
+    assert r.status_code == 404, r.text  # nothing was registered
+
+    # Sent inline, the same scorer is served, and routes a question.
+    r = requests.post(
+        url + "/v1/moa/configs", json=_routed(tiny, "routed_tiny", _scorer_doc()), headers=auth
+    )
+    assert r.status_code == 201, r.text
+    run = {"question": "What is 2+3?", "config": "routed_tiny"}
+    r = requests.post(url + "/v1/moa/run", json=run, headers=auth, timeout=300)
+    assert r.status_code == 200, r.text
+    assert len(r.json()["routing"]["chosen"]) == 1
+
+    # moa-pd run --settings 6 on this router, which was not started with the routed config:
+    # the runner sends its scorer inline.
+    scorer = tmp / "my_scorer.json"
+    scorer.write_text(json.dumps(_scorer_doc()))
+    mine = tmp / "my_routed.json"
+    mine.write_text(json.dumps(_routed(tiny, "my_routed", str(scorer))))
+    out = tmp / "run6"
+    argv = ["run", "--config", detached["config"], "--routed-config", str(mine),
+            "--dataset", "gsm8k", "--num-samples", "2", "--settings", "6", "--out", str(out),
+            "--cluster", str(run_dir / "cluster.json")]  # fmt: skip
+    r = _cli(*argv, key=False)
+    assert r.returncode == 0, r.stdout + r.stderr
+    from experiments.results import read_results
+
+    rows = read_results(out / "results.jsonl")
+    assert len(rows) == 2 and all(row.ok and row.routing for row in rows), rows
 
 
 def test_a_second_up_on_a_live_folder_is_refused(detached):

@@ -432,7 +432,7 @@ async def test_http_run_returns_the_routing_record_and_refuses_a_missing_scorer(
 ):
     from aiohttp.test_utils import TestClient, TestServer
 
-    from router.api_request import ROUTERS
+    from router.api_request import CONFIGS, ROUTERS
     from router.server import make_app
 
     cfg = routed(k=2, posterior={"enabled": True, "action": "drop"})
@@ -442,7 +442,8 @@ async def test_http_run_returns_the_routing_record_and_refuses_a_missing_scorer(
     fast = {"decode": {"token_delay_s": 0.001}, "router": {"token_delay_s": 0.001}}
     cluster = await start_fake_cluster(smollm_tokenizer_path, **fast)
     app = make_app(cluster.spec, {cfg.name: cfg, broken.name: broken})
-    app[ROUTERS] = PoolRouters(lambda name: FakeEmbeddings())
+    # The files the router loaded at start (the missing one: why it could not).
+    app[ROUTERS] = PoolRouters(lambda name: FakeEmbeddings(), app[CONFIGS].files)
     client = TestClient(TestServer(app))
     await client.start_server()
     try:
