@@ -239,6 +239,8 @@ class PosteriorCorrection(_Strict):
 class Routing(_Strict):
     """Which pool candidates run per question, chosen before any runs (RouteMoA)."""
 
+    # A path relative to the cwd in a start-up config; over HTTP, a path or `sha256:` digest
+    # the router loaded at start, or the scorer inline (routing/routing_files.py).
     scorer: str = Field(description="scorer.json (moa-pd train-scorer); relative to the cwd")
     k: int | None = Field(default=None, ge=1)
     threshold: float | None = Field(default=None, ge=0.0, le=1.0)
