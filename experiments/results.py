@@ -13,6 +13,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from experiments.router_load import RouterWindow
 from experiments.settings import SETTINGS
 
 log = logging.getLogger(__name__)
@@ -95,6 +96,12 @@ class ResultRow(BaseModel):
     config: str | None = None
     mode: str | None = None
     chunk_policy: str | None = None
+    # The shell router's load around this row's request (experiments/router_load.py): its
+    # stats before and after; and, for a row that ran alone (--concurrency 1), the CPU seconds
+    # and event-loop lag p99 in between. None in rows of older runs or routers.
+    router: RouterWindow | None = None
+    router_cpu_s: float | None = None
+    router_lag_p99_s: float | None = None
 
     @field_validator("setting")
     @classmethod

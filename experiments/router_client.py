@@ -22,6 +22,7 @@ class RouterClient:
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._headers = auth_headers(api_key)
         self._session: aiohttp.ClientSession | None = None
+        self._no_stats = False  # the router has no /v1/moa/stats
 
     async def __aenter__(self) -> Self:
         self._session = aiohttp.ClientSession(timeout=self._timeout, headers=self._headers)
@@ -85,6 +86,26 @@ class RouterClient:
                 return payload
         except aiohttp.ClientError as e:
             raise GraphRunError(f"shell router at {url} unreachable: {e}") from None
+
+    async def stats(self) -> dict | None:
+        """The shell router's load counters (`GET /v1/moa/stats`: CPU seconds, event-loop lag
+        histogram), or None when it cannot say: a router that predates the endpoint (asked no
+        more after its 404), a reply that is not one, no answer within a minute. Never raises:
+        a question's measurement does not depend on it."""
+        if self._no_stats:
+            return None
+        url = f"{self.base_url}/v1/moa/stats"
+        try:
+            async with self._session.get(url, timeout=aiohttp.ClientTimeout(total=60)) as resp:
+                if resp.status == 404:
+                    self._no_stats = True
+                    return None
+                body = await resp.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        if resp.status != 200 or not isinstance(body, dict) or "event_loop_lag" not in body:
+            return None
+        return body
 
     async def deployment_down(self) -> str | None:
         """None while the shell router reports its deployment healthy, else what is down (each

@@ -18,6 +18,7 @@ from tqdm import tqdm
 from experiments.datasets import Question, load_questions, resolve
 from experiments.prompts import build_question_prompt
 from experiments.router_client import GraphRunError, RouterClient
+from experiments.router_load import RouterWindow, window, window_values
 from experiments.scoring import score
 from experiments.settings import Setting
 from experiments.single_model import single_model_configs
@@ -107,10 +108,11 @@ def result_row(
     e2e_s: float,
     started_at: float | None = None,
     single_model: str | None = None,
+    router: RouterWindow | None = None,
 ) -> dict:
     """One results row. e2e_s is the runner's own clock around the whole-graph call, which it
     sent at wall time `started_at`; the agents' times count from the router's session start,
-    at wall time `session_started_at`."""
+    at wall time `session_started_at`. `router`: the router's stats around the call."""
     answer_text = (graph or {}).get("answer")
     graded = score(q, answer_text) if answer_text is not None else None
     return {
@@ -132,6 +134,8 @@ def result_row(
         "posterior": (graph or {}).get("posterior") or [],
         "final_text": answer_text,
         "error": error,
+        "router": router.model_dump(mode="json") if router else None,
+        **window_values(router),
     }
 
 
@@ -238,6 +242,9 @@ async def _run_setting(
                 await run_one(q, config, name, model, key)
 
     async def run_one(q: Question, config, name: str, model: str | None, key: tuple) -> None:
+        # The router's load counters around the question (experiments/router_load.py); at
+        # --concurrency 1 what changed in between is this question's own.
+        before = await client.stats()
         started_at, t0 = time.time(), time.perf_counter()
         graph, error = None, None
         try:
@@ -252,10 +259,12 @@ async def _run_setting(
             )
         except GraphRunError as e:
             error = str(e)
+        e2e_s = time.perf_counter() - t0
+        router = window(before, await client.stats(), alone=spec.concurrency == 1)
         # In a thread: grading may run code in the sandbox for seconds (HumanEval), which
         # must not stall the other questions' requests on this event loop.
         row = await asyncio.to_thread(
-            result_row, q, setting, name, graph, error, time.perf_counter() - t0, started_at, model
+            result_row, q, setting, name, graph, error, e2e_s, started_at, model, router
         )
         writer.append(row)
         _update_bar(bar, stats, setting, row)

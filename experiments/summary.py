@@ -20,6 +20,7 @@ from experiments.critical_path import median_breakdown, overlap_gain
 from experiments.paired_stats import bootstrap_ci, mcnemar
 from experiments.pd_breakdown import median_path_breakdown
 from experiments.results import ResultRow
+from experiments.router_load import setting_load
 from router.early_exit import activation_percentage
 
 log = logging.getLogger(__name__)
@@ -97,6 +98,13 @@ class SettingSummary:
     # share of posterior-corrected answers found low (dropped or ordered last).
     routing_share: float | None = None
     posterior_low_rate: float | None = None
+    # The shell router's own load (experiments/router_load.py), over every row with router
+    # stats, failed ones included: CPU seconds per question, and its event loop's lag quantiles
+    # (bucket upper bounds) over the probe's wakes meanwhile.
+    router_cpu_s_per_question: float | None = None
+    event_loop_lag_p50_s: float | None = None
+    event_loop_lag_p99_s: float | None = None
+    event_loop_lag_samples: int | None = None
 
 
 def per_sample_ratios(
@@ -263,6 +271,7 @@ def summarize_setting(
         overlap_gain=_overlap_gain(rows, mine, dataset, setting),
         error_messages=dict(Counter(r.error[:300] for r in mine if r.error).most_common()),
         **_per_question(ok),
+        **setting_load([r.router for r in mine if r.router is not None]),
     )
 
 
@@ -370,6 +379,22 @@ def summary_document(summaries: Sequence[SettingSummary], source: str) -> dict:
             "tokens of all agents / of the first layer; routing_share: Σ routing decision wall "
             "time ÷ Σ e2e; posterior_low_rate: answers posterior correction dropped or ordered "
             "last ÷ answers it scored"
+        ),
+        "router_load": (
+            "the shell router's own load, from its GET /v1/moa/stats before and after each "
+            "question (rows without them, of older runs, are left out): "
+            "router_cpu_s_per_question = its process's CPU seconds (user + system, all threads) "
+            "over the setting's questions ÷ their number; event_loop_lag_p50_s / _p99_s = "
+            "quantiles of how late its 50 ms asyncio timer fired meanwhile, over "
+            "event_loop_lag_samples wakes. At --concurrency 1 each question's window is its own "
+            "(the row's router_cpu_s, router_lag_p99_s); at higher concurrency a setting runs as "
+            "one block, its questions' overlapping windows are merged into spans and the spans' "
+            "totals are divided by the questions in them (an average: the router's work for "
+            "concurrent questions cannot be told apart). Quantiles come from histogram buckets "
+            "(0.1 ms to 5 s, about 2.5x apart) and are the upper bound of the bucket holding "
+            "them: the true value lies between that bound and the one below; one past 5 s is "
+            "reported as 5 s. The windows also hold the router's background work (its health "
+            "probes of every process, twice a second) and the two stats requests"
         ),
         "settings": [asdict(s) for s in summaries],
     }

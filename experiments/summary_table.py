@@ -72,6 +72,13 @@ def _tokens(s: SettingSummary) -> str:
     return f"{s.tokens_mean:.0f}/{s.proposer_tokens_mean:.0f}"
 
 
+def _router(s: SettingSummary) -> str:
+    if s.router_cpu_s_per_question is None:
+        return "-"
+    p99 = s.event_loop_lag_p99_s
+    return f"{s.router_cpu_s_per_question:.2f}s/" + ("-" if p99 is None else f"{p99 * 1e3:g}ms")
+
+
 def _activation(s: SettingSummary) -> str:
     return "\n".join(f"{m} {v:.0f}" for m, v in sorted(s.activation_pct.items())) or "-"
 
@@ -93,7 +100,8 @@ def build_table(summaries: Sequence[SettingSummary], title: str = "MoA settings"
             "wall time (their delay on the critical path) ÷ E2E. cached: cached ÷ prompt "
             "tokens of agents with precursors. models/q: agents that ran a model per question; "
             "tokens/q: output tokens per question, all agents / proposers; route: routing "
-            "decision wall time ÷ E2E."
+            "decision wall time ÷ E2E. router: the shell router's CPU seconds per question / its "
+            "event-loop lag p99 (a histogram bucket's upper bound)."
         ),
     )
     for name in (
@@ -116,6 +124,7 @@ def build_table(summaries: Sequence[SettingSummary], title: str = "MoA settings"
         "models/q",
         "tokens/q",
         "route",
+        "router",
     ):
         table.add_column(
             name, justify="left" if name in ("dataset", "set", "act %") else "right", no_wrap=True
@@ -145,6 +154,7 @@ def build_table(summaries: Sequence[SettingSummary], title: str = "MoA settings"
             _num(s.models_run_mean, "{:.1f}"),
             _tokens(s),
             _pct(s.routing_share),
+            _router(s),
         )
     return table
 

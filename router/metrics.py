@@ -3,8 +3,12 @@ Updated by the orchestrator, agent runner and server; served at /metrics."""
 
 from __future__ import annotations
 
+import time
+import uuid
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
+from router.loop_lag import LAG_BUCKETS_S, PERIOD_S, CpuCollector, cpu_seconds, histogram_state
 from router.trace import AgentTrace
 
 
@@ -78,6 +82,31 @@ class RouterMetrics:
             ["model", "role", "replica"],
             registry=self.registry,
         )
+
+        # How busy the router itself is (loop_lag.py): its event loop's lag, sampled every
+        # PERIOD_S by a probe the app runs, and its process's CPU seconds.
+        self.loop_lag = Histogram(
+            "moa_router_event_loop_lag_seconds",
+            f"How late a {PERIOD_S * 1000:g} ms asyncio timer of the shell router fires",
+            buckets=LAG_BUCKETS_S,
+            registry=self.registry,
+        )
+        self.registry.register(CpuCollector())
+        # Names this set of counters: a snapshot of another id (the router restarted) is not
+        # comparable with this one's.
+        self.boot_id = uuid.uuid4().hex[:12]
+
+    def stats(self) -> dict:
+        """The router's load counters at this instant (`GET /v1/moa/stats`): the runner takes
+        one before and one after each question and attributes the difference. `time_s` is this
+        process's monotonic clock, which orders the snapshots of one `boot_id`."""
+        return {
+            "object": "moa.router_stats",
+            "boot_id": self.boot_id,
+            "time_s": time.monotonic(),
+            "cpu_s": cpu_seconds(),
+            "event_loop_lag": {"period_s": PERIOD_S, **histogram_state(self.loop_lag)},
+        }
 
     def worker_load(self, model: str, role: str, replica: int | str) -> WorkerLoad:
         """Count one request sent to a worker; end the returned load when it is over there."""

@@ -1,6 +1,7 @@
 """The shell router's HTTP API (aiohttp): whole-graph runs, per-agent streams for drivers that fire
 every agent at once, an OpenAI-compatible chat endpoint whose `model` is a topology name
-(chat_api.py), the registration of topologies, health and Prometheus metrics; behind an optional
+(chat_api.py), the registration of topologies, health, Prometheus metrics and the router's own load
+(`/v1/moa/stats`: CPU seconds, event-loop lag; loop_lag.py); behind an optional
 API key (api_key.py). `make_app` builds it (tests); `main` serves it (`python -m router`)."""
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from router.config_loader import ConfigError, config_from_dict
 from router.context import ConfigNotServed, RouterContext
 from router.early_exit_hook import EarlyExitHooks
 from router.health_watch import WorkerDown
+from router.loop_lag import running_probe
 from router.orchestrator import AgentFailed, CompletionHook, Session, UnknownAgent
 from router.prompt_limits import PromptTooLong, check_prompts_fit
 from router.served_configs import (
@@ -90,7 +92,8 @@ def make_app(
             app[CTX] = ctx
             app[STORE] = SessionStore(ctx)
             watch = asyncio.create_task(ctx.health.run(), name="health-watch")
-            yield
+            async with running_probe(ctx.metrics.loop_lag):
+                yield
             watch.cancel()
             await asyncio.wait([watch])
             await app[STORE].close()
@@ -100,6 +103,7 @@ def make_app(
     app.cleanup_ctx.append(context)
     app.router.add_get("/health", health)
     app.router.add_get("/metrics", metrics)
+    app.router.add_get("/v1/moa/stats", router_stats)
     app.router.add_post("/v1/moa/run", run_graph)
     app.router.add_post("/v1/moa/agent", run_agent)
     app.router.add_post("/v1/moa/configs", register_config)
@@ -153,7 +157,7 @@ def _http_message(request: web.Request, e: web.HTTPException) -> str:
         return (
             f"no route {request.method} {request.path}; routes: POST /v1/chat/completions, "
             "POST /v1/completions, GET /v1/models, POST /v1/moa/run, POST /v1/moa/agent, "
-            "POST /v1/moa/configs, GET /health, GET /metrics"
+            "POST /v1/moa/configs, GET /v1/moa/stats, GET /health, GET /metrics"
         )
     if e.status == 413:
         return f"the body is too large: {e.text}"
@@ -181,6 +185,13 @@ async def metrics(request: web.Request) -> web.Response:
         body=request.app[CTX].metrics.render(),
         headers={"Content-Type": "text/plain; version=0.0.4"},
     )
+
+
+async def router_stats(request: web.Request) -> web.Response:
+    """The router's own load so far: {boot_id, time_s, cpu_s, event_loop_lag: {period_s, le,
+    counts (cumulative per bound), count, sum}} (RouterMetrics.stats). The runner diffs two
+    of them around each question (experiments/run.py)."""
+    return web.json_response(request.app[CTX].metrics.stats())
 
 
 async def run_graph(request: web.Request) -> web.Response:

@@ -160,6 +160,36 @@ async def test_health_and_metrics(api):
         assert m[("moa_layer_latency_seconds_sum", key)] == pytest.approx(span)
 
 
+async def test_router_load_in_metrics_and_stats(api):
+    """The event-loop lag probe runs with the app; /metrics and /v1/moa/stats show its
+    histogram and the process's CPU seconds, which a question makes grow."""
+    client, _, cfg = api
+    r = await client.get("/v1/moa/stats")
+    assert r.status == 200
+    before = await r.json()
+    assert before["object"] == "moa.router_stats" and before["event_loop_lag"]["period_s"] == 0.05
+    r = await client.post("/v1/moa/run", json={"question": "q", "config": cfg.name})
+    assert r.status == 200
+    await asyncio.sleep(0.12)  # at least two more probe wakes
+    after = await (await client.get("/v1/moa/stats")).json()
+    assert after["boot_id"] == before["boot_id"] and after["time_s"] > before["time_s"]
+    assert after["cpu_s"] > before["cpu_s"] > 0
+    lag = after["event_loop_lag"]
+    assert lag["count"] >= before["event_loop_lag"]["count"] + 2
+    assert lag["le"][0] == 0.0001 and lag["counts"] == sorted(lag["counts"])
+    assert lag["counts"][-1] <= lag["count"]
+
+    m = _samples(await (await client.get("/metrics")).text())
+    assert m[("moa_router_cpu_seconds_total", ())] >= after["cpu_s"]
+    assert m[("moa_router_event_loop_lag_seconds_count", ())] >= lag["count"]
+    assert m[("moa_router_event_loop_lag_seconds_bucket", (("le", "+Inf"),))] >= lag["count"]
+    assert ("moa_router_event_loop_lag_seconds_bucket", (("le", "0.0001"),)) in m
+
+    r = await client.post("/v1/moa/stats", json={})
+    assert r.status == 405
+    assert (await r.json())["error"]["message"] == "POST /v1/moa/stats: Method Not Allowed"
+
+
 class _served:
     """A router app over a fresh fake cluster: `async with _served(...) as (client, cluster,
     cfg)`."""

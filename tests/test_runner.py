@@ -408,3 +408,86 @@ async def test_flush_retries_while_sglang_still_holds_a_request():
     with pytest.raises(FlushFailed, match="HTTP 404"):
         await flush_worker_caches(other, CLUSTER, retry_s=5)
     assert other.calls == 1  # only a busy worker's refusal is retried
+
+
+def with_stats(app: web.Application, calls: list[dict]) -> web.Application:
+    """`app` with a GET /v1/moa/stats whose counters a question moves: 0.25 CPU s and 4 probe
+    wakes (3 within 1 ms, 1 within 10 ms) each; its clock ticks once per stats request."""
+    state = {"t": 0.0, "cpu": 1.0, "fast": 0, "slow": 0}
+
+    @web.middleware
+    async def load(request: web.Request, handler):
+        if request.path == "/v1/moa/run":
+            state["cpu"] += 0.25
+            state["fast"] += 3
+            state["slow"] += 1
+        return await handler(request)
+
+    async def stats(request: web.Request) -> web.Response:
+        calls.append({"stats": True})
+        state["t"] += 1.0
+        n = state["fast"] + state["slow"]
+        lag = {"period_s": 0.05, "le": [0.001, 0.01], "counts": [state["fast"], n], "count": n}
+        return web.json_response(
+            {
+                "boot_id": "r1",
+                "time_s": state["t"],
+                "cpu_s": state["cpu"],
+                "event_loop_lag": lag | {"sum": 0.0},
+            }
+        )
+
+    app.middlewares.append(load)
+    app.router.add_get("/v1/moa/stats", stats)
+    return app
+
+
+@pytest.mark.parametrize("concurrency", [1, 2])
+async def test_rows_carry_the_routers_load_and_the_summary_divides_it(tmp_path, concurrency):
+    from experiments.router_load import setting_load
+
+    calls: list[dict] = []
+    runner, url = await start(with_stats(fake_router(calls), calls))
+    cluster = {"shell_router_url": url, "models": {"m": {"prefill_urls": [url], "decode_urls": []}}}
+    spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 3, parse_settings("2,3"), concurrency, tmp_path)
+    try:
+        await run_async(spec, cluster)
+    finally:
+        await runner.cleanup()
+    rows = read_results(tmp_path / "results.jsonl")
+    assert sum("stats" in c for c in calls) == 2 * len(rows) == 12
+    assert all(r.router is not None and r.router.alone == (concurrency == 1) for r in rows)
+    if concurrency == 1:  # each row's window is its own question
+        assert all(r.router_cpu_s == pytest.approx(0.25) for r in rows)
+        assert all(r.router_lag_p99_s == 0.01 for r in rows)
+    else:  # windows overlap: no per-row numbers, only the setting's
+        assert all(r.router_cpu_s is None and r.router_lag_p99_s is None for r in rows)
+    for setting in (2, 3):  # what summary.json says of each setting
+        load = setting_load([r.router for r in rows if r.setting == setting])
+        assert load["router_cpu_s_per_question"] == pytest.approx(0.25)
+        assert load["event_loop_lag_samples"] == 12
+        assert (load["event_loop_lag_p50_s"], load["event_loop_lag_p99_s"]) == (0.001, 0.01)
+
+
+async def test_a_router_without_stats_is_asked_once_and_rows_have_no_load(tmp_path):
+    calls: list[dict] = []
+    app = fake_router(calls)
+
+    @web.middleware
+    async def seen(request: web.Request, handler):
+        if request.path == "/v1/moa/stats":
+            calls.append({"stats": True})
+        return await handler(request)
+
+    app.middlewares.append(seen)
+    runner, url = await start(app)
+    cluster = {"shell_router_url": url, "models": {"m": {"prefill_urls": [url], "decode_urls": []}}}
+    spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 2, parse_settings("2"), 1, tmp_path)
+    try:
+        await run_async(spec, cluster)
+    finally:
+        await runner.cleanup()
+    rows = read_results(tmp_path / "results.jsonl")
+    assert len(rows) == 2 and all(r.ok and r.router is None for r in rows)
+    assert all(r.router_cpu_s is None for r in rows)
+    assert sum("stats" in c for c in calls) == 1

@@ -212,3 +212,63 @@ def test_summary_gives_ratio_cis_and_paired_accuracy_tests():
     text = _render(build_table(_by_setting(rows).values()))
     assert "+0.0pp vs #3" in text and "p=1.00" in text
     assert four.latency_vs_2_ci is None  # no #2 rows
+
+
+def _stats(t: float, cpu: float, wakes_1ms: int, wakes_10ms: int, boot: str = "r1") -> dict:
+    """A /v1/moa/stats snapshot: so many probe wakes within 1 ms and within 1-10 ms so far."""
+    return {
+        "boot_id": boot,
+        "time_s": t,
+        "cpu_s": cpu,
+        "event_loop_lag": {
+            "le": [0.001, 0.01, 0.1],
+            "counts": [wakes_1ms, wakes_1ms + wakes_10ms, wakes_1ms + wakes_10ms],
+            "count": wakes_1ms + wakes_10ms,
+            "sum": 0.0,
+        },
+    }
+
+
+def test_router_cpu_per_question_and_lag_quantiles_per_setting(tmp_path):
+    from experiments.router_load import window, window_values
+
+    def row(sid, setting, before, after, alone):
+        w = window(before, after, alone)
+        r = _row(sid, setting, 1.0).model_dump(mode="json")
+        return validate_row(r | {"router": w.model_dump(mode="json"), **window_values(w)})
+
+    rows = [
+        # #2 at concurrency 1: two questions, one after the other, 0.3 and 0.5 CPU s; 200 wakes,
+        # the last 2 of the second question 1-10 ms late (p99 = rank 198: within 1 ms).
+        row("a", 2, _stats(0, 10.0, 0, 0), _stats(5, 10.3, 100, 0), alone=True),
+        row("b", 2, _stats(6, 10.4, 100, 0), _stats(11, 10.9, 198, 2), alone=True),
+        # #3 at concurrency 2: windows 20-30 and 22-32 overlap (one span, 2 CPU s in all) and
+        # 40-45 is alone (1 CPU s): 3 s over 3 questions; 1 wake in 10 late: p99 in 10 ms.
+        row("a", 3, _stats(20, 20.0, 0, 0), _stats(30, 21.5, 90, 9), alone=False),
+        row("b", 3, _stats(22, 20.2, 10, 0), _stats(32, 22.0, 90, 10), alone=False),
+        row("c", 3, _stats(40, 23.0, 90, 10), _stats(45, 24.0, 180, 20), alone=False),
+        # #1 from an older runner: no router fields at all.
+        _row("a", 1, 2.0),
+    ]
+    assert rows[0].router_cpu_s == pytest.approx(0.3) and rows[0].router_lag_p99_s == 0.001
+    assert rows[2].router_cpu_s is None and rows[2].router_lag_p99_s is None
+    s = _by_setting(rows)
+    assert s[2].router_cpu_s_per_question == pytest.approx(0.4)
+    assert (s[2].event_loop_lag_p50_s, s[2].event_loop_lag_p99_s) == (0.001, 0.001)
+    assert s[2].event_loop_lag_samples == 200
+    assert s[3].router_cpu_s_per_question == pytest.approx(1.0)
+    assert (s[3].event_loop_lag_p50_s, s[3].event_loop_lag_p99_s) == (0.001, 0.01)
+    assert s[3].event_loop_lag_samples == 200
+    assert s[1].router_cpu_s_per_question is None and s[1].event_loop_lag_p99_s is None
+    text = _render(build_table(list(s.values())))
+    assert "0.40s/1ms" in text and "1.00s/10ms" in text and "router" in text
+
+    writer = ResultsWriter(tmp_path / "results.jsonl")
+    for r in rows:
+        writer.append(r)
+    rebuild(tmp_path)
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert "upper bound of the bucket" in on_disk["router_load"]
+    keyed = {s["setting"]: s for s in on_disk["settings"]}
+    assert keyed[3]["event_loop_lag_p99_s"] == 0.01
+    assert keyed[1]["router_cpu_s_per_question"] is None
