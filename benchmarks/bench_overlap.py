@@ -133,18 +133,11 @@ def fmt_ci(xs: list[float]) -> str:
     return f"**{m:.3f}** [{lo:.3f}, {hi:.3f}]"
 
 
-def report(c1: list[ResultRow], c4: list[ResultRow], c4_blocks: list[dict], meta: dict) -> str:
+def _concurrency_1_lines(c1: list[ResultRow]) -> list[str]:
     e2e = paired(c1, lambda r: r.e2e_s)
-    gain = overlap_gain(c1, c1[0].dataset, 3, 2) if c1 else None
+    gain = overlap_gain(c1, c1[0].dataset, 3, 2)
     same, n_pairs = same_final_tokens(c1)
     lines = [
-        (
-            f"### Overlap end to end: {meta['config']}, {meta['dataset']} "
-            f"questions {meta['first']}..{meta['last']} ({meta['device']})"
-        ),
-        "",
-        provenance(meta),
-        "",
         "| concurrency 1 (paired per question, #3 ÷ #2) | median [95% CI] |",
         "|---|---|",
         f"| end-to-end latency ({len(e2e)} questions) | {fmt_ci(e2e)} |",
@@ -170,6 +163,21 @@ def report(c1: list[ResultRow], c4: list[ResultRow], c4_blocks: list[dict], meta
         if b:
             parts = ", ".join(f"{k} {v:.2f}" for k, v in b.items())
             lines.append(f"| critical path #{s}, median s | {parts} |")
+    return lines
+
+
+def report(c1: list[ResultRow], c4: list[ResultRow], c4_blocks: list[dict], meta: dict) -> str:
+    lines = [
+        (
+            f"### Overlap end to end: {meta['config']}, {meta['dataset']} "
+            f"questions {meta['first']}..{meta['last']} ({meta['device']})"
+        ),
+        "",
+        provenance(meta),
+        "",
+    ]
+    if c1:  # --num-samples 0 runs concurrency 4 alone
+        lines += _concurrency_1_lines(c1)
     if c4_blocks:
         tput = {
             s: sum(b["questions"] for b in c4_blocks if b["setting"] == s)
@@ -203,6 +211,8 @@ def main() -> None:
     ap.add_argument("--pin-cpus", action="store_true")
     ap.add_argument("--out", default="runs/bench_overlap")
     args = ap.parse_args()
+    if not (args.num_samples or args.c4_samples):
+        ap.error("--num-samples and --c4-samples are both 0: nothing to run")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -218,7 +228,7 @@ def main() -> None:
         blocks = asyncio.run(_run(cluster, cfg.name, questions, args, out))
     finally:
         stack.down()
-    c1 = read_results(out / "results.jsonl")
+    c1 = read_results(out / "results.jsonl") if args.num_samples else []
     c4 = read_results(out / "results_c4.jsonl") if args.c4_samples else []
     meta = bench.meta(
         config=cfg.name,
