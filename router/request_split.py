@@ -90,10 +90,3 @@ class ReplicaLoad:
         self.sent[i] += 1
         self.outstanding[i] += 1
         return Claim(self, i)
-
-
-def next_by_share(sent: list[int], shares: list[float]) -> int:
-    """The replica for the next request (and counts it in `sent`)."""
-    i = min(range(len(shares)), key=lambda k: (sent[k] + 1) / shares[k])
-    sent[i] += 1
-    return i
