@@ -73,7 +73,8 @@ class AgentRunner:
             if not self.dep.planned_split:
                 await self._stream(self.dep.via_router(body))
                 return
-            # A plan splits the model's requests: we pick the pair by share (router/pd.py).
+            # A plan splits the model's requests: we pick the pair now, by load and share
+            # (router/pd.py).
             target = self.dep.pick_prefill()
             job.trace.prefill_url = target.url
             try:
@@ -81,23 +82,31 @@ class AgentRunner:
             finally:
                 self.dep.unpin(target)
             return
-        target = self.dep.pick_prefill()
-        job.trace.prefill_url = target.url
+        # The prefill worker is chosen when the first request for it goes out: the first
+        # warm-up's, or without warm-ups the final request's (then by the load of that moment).
+        warms = job.pipelined and job.cfg.incremental_prefill.enabled
+        target = self.dep.pick_prefill() if warms else None
         try:
+            if target is not None:
+                job.trace.prefill_url = target.url
             body[P.INPUT_IDS] = await self._successor_prompt(target)
+            if target is None:
+                target = self.dep.pick_prefill()
+                job.trace.prefill_url = target.url
             job.trace.final_request_s = job.clock.now()
             await self._stream(self.dep.dual(body, target))
         finally:
-            self.dep.unpin(target)
+            if target is not None:
+                self.dep.unpin(target)
 
-    async def _successor_prompt(self, target: PrefillTarget) -> list[int]:
-        """The complete prompt: warmed on the way (pipelined) or built once all precursors
-        ended (blocking). Both build it with the same SuccessorPrompt, so given the same slot
-        order it is the same token list."""
+    async def _successor_prompt(self, target: PrefillTarget | None) -> list[int]:
+        """The complete prompt: warmed on the way on `target` (pipelined with incremental
+        prefill) or built once all precursors ended (else; `target` is None). Both build it with
+        the same SuccessorPrompt, so given the same slot order it is the same token list."""
         job = self.job
         prompt = self._prompt()
         wait_s = self.ctx.timeouts.precursor_wait_s
-        if job.pipelined and job.cfg.incremental_prefill.enabled:
+        if target is not None:
             m = self.ctx.metrics
 
             def count(n_tokens: int, _meta: dict) -> None:

@@ -9,10 +9,12 @@ reply, so `cached_tokens` as the prefill worker saw it is lost (sglang-notes fac
 same JSON to both workers with the bootstrap fields is the router's whole job (fact 6), a few
 lines here, and gives stickiness and the true `cached_tokens` on any router policy.
 
-A plan's request split (the cluster file's `prefill_shares`/`decode_shares`) is honoured here:
-each successor's prefill worker (its warm-ups and final request) and each request's decode worker
-are drawn by share, and with a split every request, first-layer ones included, is dispatched by
-us; the native sglang-router then serves clients that call it directly, by its own policy.
+Replicas are chosen by router/request_split.py's rule, the simulator's too: the least open
+requests per unit of the plan's share (the cluster file's `prefill_shares`/`decode_shares`; equal
+without a plan), at the moment of sending: a successor's prefill worker when its warm-ups start
+(its warm-ups and final request stay there), each request's decode worker when it is sent. With a
+plan's split every request, first-layer ones included, is dispatched by us; the native
+sglang-router then serves clients that call it directly, by its own policy.
 """
 
 from __future__ import annotations
@@ -29,20 +31,23 @@ from router.cluster import ModelDeployment, Timeouts
 from router.compute_device import ComputeDevice
 from router.metrics import RouterMetrics
 from router.prefill_gate import CriticalHold, PrefillGate, hold
-from router.request_split import next_by_share
+from router.request_split import Claim, ReplicaLoad
 from router.sglang_client import SGLangClient
 from sglang_ext import protocol as P
 
 
 @dataclass(frozen=True, slots=True)
 class PrefillTarget:
-    """Where every warm-up and the final request of one successor go."""
+    """Where every warm-up and the final request of one successor go. `claims`: its open
+    requests (router/request_split.py) on its prefill worker (`pick_prefill`'s) and decode
+    worker (`dual`'s); `unpin` releases those still open."""
 
     index: int
     url: str
     bootstrap_port: int | None
     dp_rank: int
     dp_size: int
+    claims: dict[str, Claim] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def host(self) -> str:
@@ -109,12 +114,11 @@ class Deployment:
         }
         self._rng = rng or random.Random()
         self._metrics = metrics or RouterMetrics()
-        # Requests sent to each replica so far, per role, for the plan's split.
-        self._sent = {
-            "prefill": [0] * len(spec.prefill_urls),
-            "decode": [0] * len(spec.decode_urls),
+        # Each worker's open requests and requests sent, per role, for the replica choice.
+        self._load = {
+            "prefill": ReplicaLoad(len(spec.prefill_urls), spec.prefill_shares, self._rng),
+            "decode": ReplicaLoad(len(spec.decode_urls), spec.decode_shares, self._rng),
         }
-        self._decode_rr = itertools.cycle(range(len(spec.decode_urls)))
         slots = [(i, r) for i in range(len(spec.prefill_urls)) for r in range(spec.prefill_dp_size)]
         # Successors currently pinned to each (prefill worker, DP rank).
         self._pinned = {s: 0 for s in slots}
@@ -126,17 +130,14 @@ class Deployment:
         """Whether a plan splits this model's requests (then we dispatch every request)."""
         return bool(self.spec.prefill_shares or self.spec.decode_shares)
 
-    def _by_share(self, role: str, shares: list[float]) -> int:
-        return next_by_share(self._sent[role], shares)
-
     def pick_prefill(self) -> PrefillTarget:
-        """With a plan's split, a prefill worker drawn by share, else the least-pinned one;
-        then its least-pinned DP rank (ties rotate). Release it with `unpin`."""
+        """The prefill worker with the least open requests for its share (router/request_split.py;
+        the request, or successor, counts open there until its final prefill replied), then its
+        least-pinned DP rank (ties rotate). Call it when the first request for it goes out;
+        release it with `unpin`."""
+        claim = self._load["prefill"].choose()
         n = next(self._pick_rr)
-        keys = list(self._pinned)
-        if self.spec.prefill_shares:
-            worker = self._by_share("prefill", self.spec.prefill_shares)
-            keys = [k for k in keys if k[0] == worker]
+        keys = [k for k in self._pinned if k[0] == claim.index]
         order = keys[n % len(keys) :] + keys[: n % len(keys)]
         index, rank = min(order, key=lambda k: self._pinned[k])
         self._pinned[(index, rank)] += 1
@@ -146,10 +147,14 @@ class Deployment:
             self.spec.bootstrap_port(index),
             rank,
             self.spec.prefill_dp_size,
+            {"prefill": claim},
         )
 
     def unpin(self, target: PrefillTarget) -> None:
+        """The successor (or request) is over: its pin, and whatever it still held open."""
         self._pinned[(target.index, target.dp_rank)] -= 1
+        for claim in target.claims.values():
+            claim.release()
 
     def _room(self, target: PrefillTarget) -> int:
         return P.new_bootstrap_room(target.dp_rank, target.dp_size, self._rng)
@@ -220,8 +225,10 @@ class Deployment:
     def dual(self, body: dict, target: PrefillTarget) -> PDCall:
         """The final PD request of a successor: the same JSON to its prefill worker and to a
         decode worker, joined by a fresh bootstrap room on the target's DP rank."""
-        shares = self.spec.decode_shares
-        decode = self._by_share("decode", shares) if shares else next(self._decode_rr)
+        claim = self._load["decode"].choose()
+        # Released when the stream ends, or by `unpin` if it never ran.
+        target.claims["decode"] = claim
+        decode = claim.index
         decode_url = self.spec.decode_urls[decode]
         body = {
             **self._with_priority(body, critical=True),
@@ -236,6 +243,7 @@ class Deployment:
             self._dual_stream(body, target, decode_url, reply, held),
             [decode_url],
             ("decode", decode),
+            claim,
         )
         return PDCall(body[P.RID], stream, [target.url, decode_url], held, reply)
 
@@ -265,6 +273,7 @@ class Deployment:
                 if prefill.done() and reply.at is None:
                     held.release()  # the prefill worker replied: its part is over
                     load.end()
+                    _release_prefill(target)
                     # A failed prefill leaves decode waiting for KV that never comes: fail now.
                     if prefill.exception() is not None:
                         raise prefill.exception()
@@ -285,6 +294,7 @@ class Deployment:
         finally:
             held.release()
             load.end()
+            _release_prefill(target)
             pending = [f for f in (nxt, prefill) if f is not None and not f.done()]
             for fut in pending:
                 fut.cancel()
@@ -294,10 +304,15 @@ class Deployment:
             await decode.aclose()
 
     async def _decoding(
-        self, stream: AsyncIterator[dict], decode_urls: list[str], worker: tuple[str, int | str]
+        self,
+        stream: AsyncIterator[dict],
+        decode_urls: list[str],
+        worker: tuple[str, int | str],
+        claim: Claim | None = None,
     ) -> AsyncIterator[dict]:
         """`stream`, with its decode worker(s) counted busy on their device while it is open,
-        and in flight on `worker` ((role, replica) in the metrics) until it ends."""
+        and in flight on `worker` ((role, replica) in the metrics) until it ends; `claim`, its
+        open request on its decode worker, released then."""
         load = self._metrics.worker_load(self.name, *worker)
         devices = [(u, self._decode_devices[u]) for u in decode_urls if u in self._decode_devices]
         for url, device in devices:
@@ -307,6 +322,8 @@ class Deployment:
                 yield chunk
         finally:
             load.end()
+            if claim is not None:
+                claim.release()
             for url, device in devices:
                 device.decode_ended(url)
             await stream.aclose()
@@ -325,6 +342,12 @@ class Deployment:
     async def abort_warmup(self, target: PrefillTarget, rid: str) -> None:
         if not self._is_down(target.url):
             await self._client.abort(target.url, rid, self._t.abort_s)
+
+
+def _release_prefill(target: PrefillTarget) -> None:
+    """The target's final prefill is over: its open request on its prefill worker too."""
+    if (claim := target.claims.get("prefill")) is not None:
+        claim.release()
 
 
 async def _releasing(stream: AsyncIterator[dict], held: CriticalHold) -> AsyncIterator[dict]:

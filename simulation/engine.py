@@ -85,7 +85,9 @@ class Simulation:
         self.gates: dict[str, PrefillGate] = {}
         self.device_gates: dict[str, DeviceGate] = {}
         for w in deployment.workers:
-            rep = self.replicas.setdefault(w.model, Replicas())
+            rep = self.replicas.setdefault(
+                w.model, Replicas(rng=random.Random(f"{seed}/{w.model}"))
+            )
             costs = profile.models[w.model]
             if w.role == "prefill":
                 budget, chunk = deployment.prefill_args.get(w.model, (4096, 2048))

@@ -5,8 +5,12 @@ once its precursors ended (blocking), once every agent of the layers before its 
 the static prefix first, then, one warm-up at a time and only through the worker's gate, all
 that arrived meanwhile once it is at least `min_chunk_tokens`). Each request: a critical prefill
 on the agent's prefill worker, the PD path's fixed cost, then decoding on its decode worker.
-Early exit: agents the trace marks killed (or that an exit rate draws) are cut once
-`min_completed` of their successor's precursors completed; their slot leaves the prompt."""
+The workers are chosen as the shell router chooses them (router/request_split.py), as requests
+go out: a warming successor's prefill worker at its start, every other prefill worker and every
+decode worker at the final request; a request is open on its prefill worker until the prefill
+reply, on its decode worker until its last token. Early exit: agents the trace marks killed (or
+that an exit rate draws) are cut once `min_completed` of their successor's precursors completed;
+their slot leaves the prompt."""
 
 from __future__ import annotations
 
@@ -113,12 +117,15 @@ class QuestionRun:
         st = self.state[aid]
         st.trace["start_s"] = self._now()
         rep = self.sim.replicas[w.model]
-        pi, di = rep.pick("prefill"), rep.pick("decode")
-        prefill, decoder = rep.prefill[pi], rep.decode[di]
-        gate = self.sim.gates[prefill.name]
+        warms = bool(w.precursors) and self.mode == "pipelined"
+        warms = warms and self.cfg.incremental_prefill.enabled
+        # As router/agent_runner.py: a warming successor's prefill worker is chosen as its
+        # warm-ups start, every other request's when it is sent.
+        on_prefill = rep.choose("prefill") if warms else None
         if w.precursors:
-            if self.mode == "pipelined" and self.cfg.incremental_prefill.enabled:
-                yield from self._warm(aid, prefill, gate)
+            if on_prefill is not None:
+                prefill = rep.prefill[on_prefill.index]
+                yield from self._warm(aid, prefill, self.sim.gates[prefill.name])
             elif self.mode == "blocking_layer":
                 earlier = [a for a, x in self.work.agents.items() if x.layer < w.layer]
                 yield from self._wait_until(lambda: self._ended(earlier), self._any_end)
@@ -126,7 +133,14 @@ class QuestionRun:
                 yield from self._wait_until(lambda: self._ended(w.precursors), self._ends[aid])
             yield from self._wait_until(lambda: self.prompt(aid)[1], self._ends[aid])
         if st.killed:
+            if on_prefill is not None:
+                on_prefill.release()
             return self._end(aid)
+        on_prefill = on_prefill or rep.choose("prefill")
+        on_decode = rep.choose("decode")
+        prefill, decoder = rep.prefill[on_prefill.index], rep.decode[on_decode.index]
+        st.trace["prefill_worker"], st.trace["decode_worker"] = prefill.name, decoder.name
+        gate = self.sim.gates[prefill.name]
         prompt, _ = self.prompt(aid)
         st.started = True
         st.trace["final_request_s"] = self._now()
@@ -151,6 +165,7 @@ class QuestionRun:
         # worker's reply, which comes once the KV was sent (a successor): after the PD hop.
         for g in holds:
             g.release()
+        on_prefill.release()
         if not st.killed:
             st.trace["first_token_s"] = self._now()
             st.tokens = 1
@@ -161,6 +176,7 @@ class QuestionRun:
             )
             yield st.seq.done
         decoder.slots.release(slot)
+        on_decode.release()
         dgate.decode_ended(decoder.name)
         return self._end(aid)
 

@@ -7,13 +7,14 @@ the profile's time at the current batch and mean context). Both compute on a sha
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import simpy
 
 from profiling.profile_file import ModelProfile
-from router.request_split import next_by_share
+from router.request_split import Claim, ReplicaLoad
 from simulation.device import Device
 from simulation.prefix_cache import Prompt, RadixCache, length
 
@@ -181,9 +182,14 @@ class Replicas:
     prefill_share: list[float] = field(default_factory=list)
     decode: list[DecodeWorker] = field(default_factory=list)
     decode_share: list[float] = field(default_factory=list)
-    _sent: dict[str, list[int]] = field(default_factory=dict)
+    # Breaks exact ties between replicas (seeded: a simulation is reproducible).
+    rng: random.Random = field(default_factory=lambda: random.Random(0))
+    _load: dict[str, ReplicaLoad] = field(default_factory=dict)
 
-    def pick(self, role: str) -> int:
-        """Smooth weighted round robin: the replica furthest below its share of what was sent."""
-        shares = self.prefill_share if role == "prefill" else self.decode_share
-        return next_by_share(self._sent.setdefault(role, [0] * len(shares)), shares)
+    def choose(self, role: str) -> Claim:
+        """The shell router's choice (router/request_split.py): the replica of `role` with the
+        least open requests for its share, counted open there until the claim is released."""
+        if role not in self._load:
+            shares = self.prefill_share if role == "prefill" else self.decode_share
+            self._load[role] = ReplicaLoad(len(shares), shares, self.rng)
+        return self._load[role].choose()

@@ -208,3 +208,40 @@ def test_early_exit_cuts_the_slowest_precursor_once_min_completed_completed():
     # c is cut when b completes; s then needs only a and b.
     assert cut.agents["c"].end_s == pytest.approx(cut.agents["b"].end_s)
     assert cut.e2e_s < full.e2e_s - 100 * DA
+
+
+@pytest.mark.parametrize("mode", ["pipelined", "blocking"])
+@pytest.mark.parametrize("n", [2, 3])
+def test_replicas_are_chosen_by_load_and_no_agent_is_pinned(n, mode):
+    """n prefill and n decode replicas of the model, one GPU each, 100 identical questions one
+    at a time. The round robin in agent order this replaced gave each of the three agents the
+    same replica in every question when n = 3; the shared rule (router/request_split.py) gives
+    the second leaf the replica the first is not busy on, and every agent every replica."""
+    cfg = tree(min_chunk=2)
+    workers = [
+        SimWorker("m", role, r, f"gpu{i * n + r}", 1 / n)
+        for i, role in enumerate(("prefill", "decode"))
+        for r in range(n)
+    ]
+    dep = SimDeployment(
+        tuple(workers), {w.device: 1 for w in workers}, "worker", {"m": (4096, 2048)}, "test"
+    )
+    work = [(from_config(cfg, f"q{i}"), 3, mode, False) for i in range(100)]
+    out = Simulation([cfg], profile(), dep).run(work, concurrency=1)
+    for role in ("prefill", "decode"):
+        every = {f"m.{role}{r}" for r in range(n)}
+        for agent in ("a", "b", "s"):
+            assert {getattr(r.agents[agent], f"{role}_worker") for r in out.rows} == every
+        # Both leaves start at once: the second goes where the first is not.
+        for r in out.rows:
+            assert getattr(r.agents["a"], f"{role}_worker") != getattr(
+                r.agents["b"], f"{role}_worker"
+            )
+    # The decode replicas computed alike (identical questions, spread evenly).
+    busy = [out.device_busy[f"gpu{n + r}"] for r in range(n)]
+    assert max(busy) / min(busy) < 1.2, busy
+    # The same seed, the same choices.
+    again = Simulation([cfg], profile(), dep).run(work, concurrency=1)
+    assert [r.agents["s"].decode_worker for r in again.rows] == [
+        r.agents["s"].decode_worker for r in out.rows
+    ]
