@@ -38,8 +38,10 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 demo: $(STAMP)
 	$(VENV)/bin/moa-pd demo
 
+# Two pytest workers, each running whole files (module-scoped deployments stay shared): the
+# suite waits on worker processes' start-ups more than it computes, so two share the 2 cores well.
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

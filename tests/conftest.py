@@ -86,3 +86,11 @@ def pytest_collection_modifyitems(items) -> None:
     first stops the shared plain servers (sglang_real.NullServers), so that at most two SGLang
     servers (≈3.7 GB each) run at once and each starts once per session."""
     items.sort(key=lambda item: "sglang_pd" in getattr(item, "fixturenames", ()))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files that start real processes (a test marked slow) run first. `make test` spreads whole
+    files over two workers (`-n 2 --dist loadfile`): longest first ends both together on quick
+    files, instead of one worker waiting out a long file at the end."""
+    heavy = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in heavy)  # stable: collection order otherwise
