@@ -3,6 +3,7 @@ if it has one), the registration of the configs a run sends, one call per questi
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 
@@ -101,7 +102,7 @@ class RouterClient:
                     self._no_stats = True
                     return None
                 body = await resp.json(content_type=None)
-        except (aiohttp.ClientError, TimeoutError, ValueError):
+        except (aiohttp.ClientError, asyncio.TimeoutError, TimeoutError, ValueError):
             return None
         if resp.status != 200 or not isinstance(body, dict) or "event_loop_lag" not in body:
             return None

@@ -308,8 +308,9 @@ def _record_failed(
     stats: dict,
 ) -> None:
     """Rows for questions that could not be measured (their error says why)."""
+    each = variants(spec, setting)  # once: a routed setting reads its scorer file
     for q in questions:
-        for _, name, model in variants(spec, setting):
+        for _, name, model in each:
             row = result_row(q, setting, name, None, error, 0.0, single_model=model)
             writer.append(row)
             _update_bar(bar, stats, setting, row)

@@ -114,8 +114,8 @@ class ModelDeployment(_Tolerant):
                 )
         for key in ("prefill_shares", "decode_shares"):
             shares = getattr(self, key)
-            if shares and (min(shares) < 0 or abs(sum(shares) - 1) > 1e-3):
-                raise ValueError(f"{key} {shares}: give non-negative fractions that sum to 1")
+            if shares and (min(shares) <= 0 or abs(sum(shares) - 1) > 1e-3):
+                raise ValueError(f"{key} {shares}: give positive fractions that sum to 1")
         return self
 
     def bootstrap_port(self, index: int) -> int | None:

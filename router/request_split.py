@@ -62,10 +62,6 @@ class Claim:
     def __init__(self, load: ReplicaLoad, index: int) -> None:
         self.index, self._load = index, load
 
-    @property
-    def open(self) -> bool:
-        return self._load is not None
-
     def release(self) -> None:
         if self._load is not None:
             self._load.outstanding[self.index] -= 1

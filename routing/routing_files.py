@@ -69,7 +69,6 @@ class Entry:
 
     content: BaseModel
     digest: str  # "sha256:..."
-    origin: str  # the start-up path as written, or "inline"
 
 
 @dataclass
@@ -162,7 +161,7 @@ class RoutingFiles:
             self._failed[kind.key][ref] = f"{path} is no {kind.what}: {e.errors()[0]['msg']}"
             return None
         entry = self._by_content[kind.key].setdefault(
-            content_digest(content), Entry(content, _sha256(data), ref)
+            content_digest(content), Entry(content, _sha256(data))
         )
         self._refs[kind.key][ref] = self._refs[kind.key][entry.digest] = entry
         self._refs[kind.key].setdefault(_sha256(data), entry)
@@ -245,7 +244,7 @@ class RoutingFiles:
                 f"this router already keeps {MAX_INLINE_FILES} inline scorers and profiles; "
                 "name one of them by its digest, or restart it",
             )
-        entry = Entry(content, digest, "")  # no origin: not listed as loaded at start
+        entry = Entry(content, digest)
         out.new.append((kind, digest, entry))
         return entry
 

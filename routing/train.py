@@ -114,6 +114,16 @@ def _cannot_learn(cid: str, col: np.ndarray, tr: np.ndarray, ho: np.ndarray) -> 
     )
 
 
+def check_both_classes(outcomes: Outcomes) -> None:
+    """Refuse a candidate whose graded answers are all right or all wrong before the questions
+    are embedded (minutes with MiniLM on many questions): no split of them can help."""
+    for j, cid in enumerate(outcomes.candidates):
+        col = outcomes.correct[:, j]
+        seen = col[~np.isnan(col)]
+        if seen.sum() in (0, len(seen)):
+            raise OutcomesError(_cannot_learn(cid, col, np.array([]), np.array([])))
+
+
 def train_scorer(outcomes: Outcomes, x: np.ndarray, opts: TrainOptions) -> Scorer:
     """`x[i]`: the embedding of question `outcomes.keys[i]`. Held-out metrics come from a fit
     on the training questions only; the file's models are refit on all questions with the

@@ -16,7 +16,7 @@ from rich.table import Table
 
 from routing.outcomes import Outcomes, OutcomesError, read_outcomes
 from routing.scorer_file import Scorer
-from routing.train import TrainOptions, train_scorer
+from routing.train import TrainOptions, check_both_classes, train_scorer
 
 log = logging.getLogger(__name__)
 
@@ -115,6 +115,7 @@ def heldout_table(scorer: Scorer) -> Table:
 
 def train(args: argparse.Namespace, embed: Embed | None = None) -> Scorer:
     outcomes = read_outcomes(args.results, frozenset(args.skip_candidate))
+    check_both_classes(outcomes)
     texts = question_texts(outcomes, args.questions)
     t0 = time.perf_counter()
     x = (embed or minilm(args.embedding_model))(texts)

@@ -5,12 +5,13 @@ once its precursors ended (blocking), once every agent of the layers before its 
 the static prefix first, then, one warm-up at a time and only through the worker's gate, all
 that arrived meanwhile once it is at least `min_chunk_tokens`). Each request: a critical prefill
 on the agent's prefill worker, the PD path's fixed cost, then decoding on its decode worker.
-The workers are chosen as the shell router chooses them (router/request_split.py), as requests
-go out: a warming successor's prefill worker at its start, every other prefill worker and every
-decode worker at the final request; a request is open on its prefill worker until the prefill
-reply, on its decode worker until its last token. Early exit: agents the trace marks killed (or
-that an exit rate draws) are cut once `min_completed` of their successor's precursors completed;
-their slot leaves the prompt."""
+The workers are chosen as the shell router chooses them for a planned model
+(router/request_split.py; without a plan, first-layer requests go through the native sglang-router,
+whose own policy this models by the same rule), as requests go out: a warming successor's prefill
+worker at its start, every other prefill worker and every decode worker at the final request; a
+request is open on its prefill worker until the prefill reply, on its decode worker until its last
+token. Early exit: agents the trace marks killed (or that an exit rate draws) are cut once
+`min_completed` of their successor's precursors completed; their slot leaves the prompt."""
 
 from __future__ import annotations
 

@@ -151,6 +151,10 @@ def test_train_scorer_command_end_to_end(tmp_path, capsys):
     assert "held-out" in printed.out and "refit on all 160" in printed.err
 
 
+def _not_embedded(texts):
+    raise AssertionError("embedded questions of a run that cannot train a scorer")
+
+
 def test_train_scorer_errors_name_the_problem(tmp_path, capsys):
     x, y = _data(4)
     moa_only = _write_run(tmp_path / "moa", [(f"q{i}", 2, None, True) for i in range(N)])
@@ -162,7 +166,7 @@ def test_train_scorer_errors_name_the_problem(tmp_path, capsys):
     never += [(f"q{i}", 5, "hopeless", False) for i in range(N)]
     run = _write_run(tmp_path / "never", never)
     args, _ = _cli(tmp_path, run)
-    assert main(args, _embed(x)) == 2
+    assert main(args, _not_embedded) == 2  # refused before the questions are embedded
     err = said(capsys.readouterr().err)
     assert "'hopeless' has no correct answers" in err and "--skip-candidate" in err
     args, out = _cli(tmp_path, run, extra=["--skip-candidate", "hopeless"])
