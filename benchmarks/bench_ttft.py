@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import json
 import random
-import signal
 import sys
 import time
 import uuid
@@ -38,6 +37,7 @@ import aiohttp
 from benchmarks.bench_meta import BenchRun, device_name
 from benchmarks.microbench import LOW_TOKEN_ID, BenchError, flush
 from benchmarks.ttft_summary import CONDITIONS, PATHS, report, summarize
+from launch.signals import sigterm_as_ctrl_c
 from profiling.measure import model_vocab
 from router.cluster import ClusterSpec, load_cluster
 from router.pd import Deployment, PrefillTarget
@@ -279,8 +279,8 @@ def main(argv: list[str] | None = None) -> int:
     bench = BenchRun("benchmarks.bench_ttft", argv if argv is not None else sys.argv[1:])
     stack, rows, interrupted = None, [], False
     # SIGTERM (a `timeout`) stops it as Ctrl-C does: the deployment goes down, the rows so far
-    # are summarized (as launch/cli.py does for moa-pd).
-    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
+    # are summarized (as for moa-pd).
+    sigterm_as_ctrl_c()
     try:
         if a.config:
             from launch.commands import bring_up, make_stack

@@ -13,7 +13,6 @@ import asyncio
 import importlib.util
 import json
 import random
-import signal
 import statistics
 import sys
 import time
@@ -23,6 +22,7 @@ from typing import TextIO
 
 import aiohttp
 
+from launch.signals import sigterm_as_ctrl_c
 from sglang_ext import protocol as P
 
 VARIANTS = ("incremental", "pd", "dp2", "dp2_chunked")
@@ -382,9 +382,7 @@ def cli(argv: list[str] | None = None) -> int:
     )
     add_arguments(parser)
     args = parser.parse_args(argv)
-    signal.signal(signal.SIGTERM, lambda *_: signal.raise_signal(signal.SIGINT))
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:  # `cmd &` in a shell without job control
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    sigterm_as_ctrl_c()
     return main(args)
 
 

@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import signal
 import sys
 import threading
 from collections.abc import Iterable
 
+from launch.signals import sigterm_as_ctrl_c
 from router.config_loader import ConfigError
 
 # subcommand -> (module, one-line help), in the order `moa-pd --help` lists them
@@ -85,24 +85,13 @@ def _command_in(argv: list[str]) -> str | None:
     return argv[0] if argv and argv[0] in COMMANDS else None
 
 
-def _sigterm_as_sigint(signum, frame) -> None:
-    """SIGTERM stops a command the way Ctrl-C does (asyncio's own SIGINT handling included):
-    what it started is torn down, results written so far stay valid."""
-    signal.raise_signal(signal.SIGINT)
-
-
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     command = _command_in(argv)
     args = build_parser([command] if command else []).parse_args(argv)
     args.argv = argv  # for "resume with: ..." hints
     main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _sigterm_as_sigint) if main_thread else None
-    if main_thread and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        # A shell without job control starts `cmd &` with SIGINT ignored, and Python keeps that:
-        # SIGTERM's re-raised SIGINT would then be dropped and the run go on. A background job
-        # gets no Ctrl-C from the terminal anyway, so the default handler changes nothing else.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
+    restore = sigterm_as_ctrl_c() if main_thread else None
     try:
         return args.func(args)
     except ConfigError as e:
@@ -112,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted", file=sys.stderr)
         return 130
     finally:
-        if main_thread:
-            signal.signal(signal.SIGTERM, previous)
+        if restore:
+            restore()
 
 
 if __name__ == "__main__":
