@@ -40,11 +40,12 @@ $(STAMP): pyproject.toml constraints.txt Makefile
 demo: $(STAMP)
 	$(VENV)/bin/moa-pd demo
 
-# Two pytest workers, each running whole files (module-scoped deployments stay shared): the
-# suite waits on worker processes' start-ups more than it computes, so two share the 2 cores well.
-# Files in the order tests/conftest.py gives them (the longest first), not by their test count.
+# Two pytest workers, each running whole files (module-scoped deployments stay shared): a serial
+# run keeps at most one core busy, waiting on its processes' start-ups much of the time.
+# xdist hands out files by test count, which pairs the few long process tests with unit tests;
+# longest first (tried) paired them with each other and took 1.5x as long.
 test: $(STAMP)
-	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

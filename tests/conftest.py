@@ -80,25 +80,9 @@ def stack(smollm2_dir, tmp_path_factory) -> Stack:
         procs.stop_all(started)
 
 
-# Files that convert a packaged GGUF model on a cold cache (40-70 s each) before their tests.
-CONVERTING_FILES = ("test_qwen2_forward.py", "test_gemma3_forward.py")
-
-
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope
 def pytest_collection_modifyitems(items) -> None:
     """Tests on a real SGLang PD deployment run after the others on real SGLang: their fixture
     first stops the shared plain servers (sglang_real.NullServers), so that at most two SGLang
-    servers (≈3.7 GB each) run at once and each starts once per session.
-
-    Otherwise the long files run first: those converting a model, then those starting real
-    processes (a test marked slow). `make test` spreads whole files over two workers (`-n 2
-    --dist loadfile`): longest first ends both together on quick files, instead of one worker
-    waiting out a long file at the end."""
-    heavy = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(  # stable: collection order within each group
-        key=lambda item: (
-            "sglang_pd" in getattr(item, "fixturenames", ()),
-            item.path.name not in CONVERTING_FILES,
-            item.path not in heavy,
-        )
-    )
+    servers (≈3.7 GB each) run at once and each starts once per session."""
+    items.sort(key=lambda item: "sglang_pd" in getattr(item, "fixturenames", ()))
