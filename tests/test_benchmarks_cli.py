@@ -18,16 +18,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-PRODUCT = (
-    "experiments",
-    "router",
-    "routing",
-    "launch",
-    "planning",
-    "profiling",
-    "simulation",
-    "sglang_ext",
-)
 GPU_SCRIPT = BENCH / "gpu" / "run_gpu_bench.sh"
 
 # Modules with no command line of their own, and why.
@@ -93,34 +83,6 @@ def test_every_script_answers_help(name, monkeypatch, capsys):
         runpy.run_module(name, run_name="__main__", alter_sys=True)
     assert exit_.value.code in (0, None)
     assert capsys.readouterr().out.startswith("usage:")
-
-
-def imported_names(tree: ast.Module) -> list[str]:
-    """Modules an import statement names, and string constants that are a dotted module path
-    (a command table's lazily imported module)."""
-    names = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names.append(node.module)
-        elif (
-            isinstance(node, ast.Constant)
-            and isinstance(node.value, str)
-            and re.fullmatch(r"benchmarks(\.\w+)*", node.value)
-        ):
-            names.append(node.value)
-    return names
-
-
-def test_no_product_module_imports_benchmarks():
-    bad = []
-    for package in PRODUCT:
-        for path in sorted((ROOT / package).rglob("*.py")):
-            for name in imported_names(ast.parse(path.read_text(), filename=str(path))):
-                if name == "benchmarks" or name.startswith("benchmarks."):
-                    bad.append(f"{path.relative_to(ROOT)}: {name}")
-    assert not bad, "the product imports a benchmark:\n" + "\n".join(bad)
 
 
 def test_gpu_script_parses_and_its_modules_exist():

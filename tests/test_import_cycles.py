@@ -20,18 +20,10 @@ import ast
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.project_packages import ALL_PACKAGES, PRODUCT_PACKAGES
+
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = (
-    "sglang_ext",
-    "router",
-    "routing",
-    "launch",
-    "planning",
-    "profiling",
-    "simulation",
-    "experiments",
-    "benchmarks",
-)
+PACKAGES = ALL_PACKAGES
 
 # Layering: (importer, forbidden, why), one line per rule. A module under `importer` (that module
 # or package, or anything inside it) must not itself import a module under `forbidden`: direct
@@ -46,7 +38,10 @@ FORBIDDEN_IMPORTS: list[tuple[str, str, str]] = [
     ),
     ("router.config", "routing", "the config schema is below routing; the loader expands pools"),
     ("planning", "launch", "planning sits below launch: launch executes plans"),
-    ("experiments", "benchmarks", "benchmarks use the product; the product never imports them"),
+    *(
+        (package, "benchmarks", "benchmarks use the product; the product never imports them")
+        for package in PRODUCT_PACKAGES
+    ),
 ]
 
 
