@@ -7,7 +7,9 @@ import hashlib
 import logging
 from dataclasses import dataclass
 
-from transformers import AutoTokenizer, PreTrainedTokenizerBase
+from transformers import PreTrainedTokenizerBase
+
+from sglang_ext.hf_tokenizer import load_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,7 @@ class TokenizerStore:
 
 def _load(path: str) -> LoadedTokenizer:
     try:
-        tok = AutoTokenizer.from_pretrained(path)
+        tok = load_tokenizer(path)
     except (OSError, ValueError) as e:
         raise ValueError(
             f"cannot load tokenizer from {path!r}: {e}; check tokenizer_path in the cluster file"

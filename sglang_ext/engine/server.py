@@ -253,13 +253,10 @@ def make_app(args: ServerArgs, engine=None, tokenizer=None) -> web.Application:
     async def lifecycle(app: web.Application):
         tok = tokenizer
         if tok is None and not args.skip_tokenizer_init:
-            from transformers import AutoTokenizer
-
             from sglang_ext.engine.model_store import resolve_model_path
+            from sglang_ext.hf_tokenizer import load_tokenizer
 
-            tok = AutoTokenizer.from_pretrained(
-                resolve_model_path(args.tokenizer_path or args.model_path)
-            )
+            tok = load_tokenizer(resolve_model_path(args.tokenizer_path or args.model_path))
         with contextlib.suppress(FileNotFoundError):
             from sglang_ext.engine.model_store import resolve_model_path
 
