@@ -144,13 +144,30 @@ class DecoderLayer(nn.Module):
 class DecoderModel(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        # Built on the meta device (CausalLM), but Embedding's own random init would still run
+        # there through torch's Python reference ops, importing torch._dynamo: ~0.5 s of every
+        # worker start. A given (empty) weight skips that init; the checkpoint fills it.
+        weight = torch.empty(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size, _weight=weight)
         if cfg.model_type == GEMMA3:
             self.layers = nn.ModuleList(Gemma3DecoderLayer(cfg, s) for s in cfg.sliding_layers)
             self.norm = GemmaRMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
         else:
             self.layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.num_layers))
             self.norm = nn.RMSNorm(cfg.hidden_size, eps=cfg.rms_norm_eps)
+
+
+def _materialize_on_cpu(module: nn.Module) -> None:
+    """`module.to_empty(device="cpu")` for its meta tensors, without `empty_like` on them: torch
+    runs that through its Python reference ops, which import sympy (~0.6 s of each start)."""
+    for sub in module.modules():
+        for name, param in list(sub.named_parameters(recurse=False)):
+            if param.is_meta:
+                empty = torch.empty(param.shape, dtype=param.dtype)
+                setattr(sub, name, nn.Parameter(empty, requires_grad=param.requires_grad))
+        for name, buffer in list(sub.named_buffers(recurse=False)):
+            if buffer.is_meta:
+                setattr(sub, name, torch.empty(buffer.shape, dtype=buffer.dtype))
 
 
 class CausalLM(nn.Module):
@@ -164,7 +181,8 @@ class CausalLM(nn.Module):
         with torch.device("meta"):  # no random init: every weight comes from the checkpoint
             self.model = DecoderModel(config)
             self.lm_head = Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.to_empty(device="cpu").to(config.dtype)
+        _materialize_on_cpu(self)
+        self.to(config.dtype)
         if config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
