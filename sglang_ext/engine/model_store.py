@@ -234,19 +234,30 @@ def _convert_gguf(
         loaded = AutoModelForCausalLM.from_pretrained(
             str(gguf.parent), dtype=torch.float32, **kwargs
         )
-    # A GGUF-loaded model refuses save_pretrained (it still counts as quantized), so the
-    # dequantized weights move into a plain model built from the same config minus quantization.
+    # A GGUF-loaded model refuses save_pretrained (it still counts as quantized), so its
+    # dequantized tensors are written as they are: a tied lm_head is the embedding (the engine
+    # and transformers tie it again from config.json), and the config loses its quantization.
+    from safetensors.torch import save_file
+
     config = loaded.config
     del config.quantization_config
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(loaded.state_dict())
-    plain.generation_config = loaded.generation_config
+    config.architectures = [type(loaded).__name__]  # as save_pretrained writes it
+    weights = loaded.state_dict()
+    if config.tie_word_embeddings:
+        weights.pop("lm_head.weight", None)
+    save_file(
+        {name: t.contiguous() for name, t in weights.items()},
+        str(out_dir / "model.safetensors"),
+        metadata={"format": "pt"},
+    )
+    config.save_pretrained(str(out_dir))
+    generation = loaded.generation_config
     if eos_tokens:
-        eos = plain.generation_config.eos_token_id
+        eos = generation.eos_token_id
         eos = [eos] if isinstance(eos, int) else list(eos or [])
         extra = tokenizer.convert_tokens_to_ids(list(eos_tokens))
-        plain.generation_config.eos_token_id = list(dict.fromkeys(eos + extra))
-    plain.save_pretrained(str(out_dir))
+        generation.eos_token_id = list(dict.fromkeys(eos + extra))
+    generation.save_pretrained(str(out_dir))
     tokenizer.save_pretrained(str(out_dir))
 
 
@@ -256,14 +267,29 @@ def _one_gguf_reader():
     `gguf.GGUFReader` that parses every field in Python: ~10 s apiece for Qwen2.5's ~152k-token
     vocabulary on 2 cores. Meanwhile one reader per file serves all three (it only reads)."""
     import gguf
+    import numpy as np
 
     real = gguf.GGUFReader
+
+    class PlainArrayReader(real):
+        """Reads through a plain ndarray view of the file's memory map: GGUFReader slices its
+        `np.memmap` once per field and tensor block, and each memmap slice costs a Python
+        `__array_finalize__` (~7 s of Qwen2.5's conversion); the view maps the same pages."""
+
+        @property
+        def data(self):
+            return self._plain
+
+        @data.setter
+        def data(self, mapped):
+            self._plain = mapped.view(np.ndarray)
+
     readers: dict[tuple, object] = {}
 
     def shared(path, *args, **kw):
         key = (os.fspath(path), args, tuple(sorted(kw.items())))
         if key not in readers:
-            readers[key] = real(path, *args, **kw)
+            readers[key] = PlainArrayReader(path, *args, **kw)
         return readers[key]
 
     gguf.GGUFReader = shared  # transformers imports it from `gguf` at each call
