@@ -17,7 +17,9 @@ a stuck worker meet them:
   naming the worker and its log file, and the shell router's /health turns 503 "degraded".
 
 One deployment for the module (lm-eval's test once started its own, ~20 s here); the SIGSTOP
-test runs last (a process once down stays down)."""
+test runs last (a process once down stays down). Its workers serve the tiny random Llama of
+tests/tiny_models.py (SmolLM2's tokenizer): none of these checks depends on the weights, and
+SmolLM2-135M cost each worker ~15 s more CPU here across the fuzzing."""
 
 from __future__ import annotations
 
@@ -32,6 +34,8 @@ from pathlib import Path
 
 import pytest
 import requests
+from tiny_models import COMMON as TINY_CONFIG
+from tiny_models import tiny_model_dir
 
 from launch.commands import make_stack
 from router.server import MAX_BODY_BYTES as ROUTER_MAX_BODY
@@ -63,7 +67,8 @@ MSGS = [{"role": "user", "content": "What is 2+3?"}]
 @pytest.fixture(scope="module")
 def deployment(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("real_api")
-    with make_stack([tiny_config(tmp)], "torch", tmp / "dep", "127.0.0.1") as stack:
+    config = tiny_config(tmp, model_path=tiny_model_dir("llama"))
+    with make_stack([config], "torch", tmp / "dep", "127.0.0.1") as stack:
         yield stack, stack.cluster()
 
 
@@ -132,7 +137,8 @@ def test_file_paths_and_oversized_prompts_are_client_errors(deployment):
     )
     assert r.status_code == 400, r.text
     message = r.json()["error"]["message"]
-    assert "agent 'leaf_0_0'" in message and "8192 tokens" in message, message
+    context = f"{TINY_CONFIG['max_position_embeddings']} tokens"  # the tiny Llama's context
+    assert "agent 'leaf_0_0'" in message and context in message, message
     assert "127.0.0.1" not in r.text and "http://" not in r.text, r.text
 
 
@@ -222,7 +228,9 @@ def test_sigstop_of_decode_worker_fails_the_question_fast(deployment):
         r = requests.post(
             url + "/v1/chat/completions",
             timeout=120,
-            json={"model": "tree_3_1_tiny", "messages": MSGS},
+            # A long final answer: the tiny model's 6-token leaves end in ~0.1 s, so the final
+            # agent is still decoding when the worker stops.
+            json={"model": "tree_3_1_tiny", "messages": MSGS, "max_tokens": 1500},
         )
         reply.update(status=r.status_code, body=r.text, t=time.monotonic() - t0)
 

@@ -33,6 +33,7 @@ from pathlib import Path
 
 import pytest
 import requests
+from tiny_models import tiny_model_dir
 
 from router.cluster import create_time
 from tests.deployment_procs import (
@@ -75,7 +76,9 @@ def _up(config: str, run_dir: Path) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def detached(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("safety")
-    config, run_dir = tiny_config(tmp), tmp / "dep"
+    # The tiny random Llama (tests/tiny_models.py): the key, files and folders do not depend on
+    # the weights.
+    config, run_dir = tiny_config(tmp, model_path=tiny_model_dir("llama")), tmp / "dep"
     r = _up(config, run_dir)
     assert r.returncode == 0, r.stdout + r.stderr
     state = {"run_dir": run_dir, "config": config, "tmp": tmp, "outputs": [r.stdout + r.stderr]}
