@@ -20,13 +20,18 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def tiny_config(folder: Path, name: str = "tree_3_1_tiny", model_path: str | None = None) -> str:
-    """tree_3_1_cpu with 6-token agents, written to folder as a user's own config file.
+    """tree_3_1_cpu with 6-token agents and no embedding model, written to folder as a user's
+    own config file.
     model_path: another model for its workers (e.g. tests/tiny_models.py's)."""
     raw = json.loads((ROOT / "cfgs" / "tree_3_1_cpu.json").read_text())
     raw["name"] = name
     if model_path:
         raw["models"]["smollm2"]["model_path"] = model_path
     raw["sampling"]["max_new_tokens"] = 6
+    # Early exit stays off, and votes on answers where a request turns it on: a config whose
+    # method is "q" makes every shell router load and run MiniLM at start (~4 s of CPU here, a
+    # third of its start), which none of the tests on this config uses.
+    raw["early_exit"]["method"] = "dmv"
     for agent in raw["agents"]:
         agent.pop("sampling", None)
     path = folder / "my_tiny_tree.json"
