@@ -43,8 +43,8 @@ demo: $(STAMP)
 # Two pytest workers, each running whole files (module-scoped deployments stay shared): a serial
 # run keeps at most one core busy, waiting on its processes' start-ups much of the time.
 # xdist hands out files by test count, so the single-test process files (faults, stop_clean,
-# run_e2e) come last and may run side by side: pytest took 10:25 to 16:56 here from a cold
-# cache. Longest first (tried) paired every long file from the start: 15:48.
+# run_e2e) come last. Longest first (tried) paired every long file from the start: slower.
+# Three workers (tried): three process files at once filled 20 of 24 GiB and tests failed.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile
 
