@@ -251,15 +251,14 @@ def make_app(args: ServerArgs, engine=None, tokenizer=None) -> web.Application:
     state = app[STATE] = WorkerState(args)
 
     async def lifecycle(app: web.Application):
+        from sglang_ext.engine.model_store import resolve_model_path
+
         tok = tokenizer
         if tok is None and not args.skip_tokenizer_init:
-            from sglang_ext.engine.model_store import resolve_model_path
             from sglang_ext.hf_tokenizer import load_tokenizer
 
             tok = load_tokenizer(resolve_model_path(args.tokenizer_path or args.model_path))
         with contextlib.suppress(FileNotFoundError):
-            from sglang_ext.engine.model_store import resolve_model_path
-
             # Report the local directory: the sglang-router loads its tokenizer from model_path.
             state.model_dir = resolve_model_path(args.model_path)
         eng = engine
