@@ -16,13 +16,12 @@ its first chunk (response_sent_to_client_ts). So:
 - `kv_transfer`: the end of prefill until the KV reached decode;
 - `first_decode_step`: decode's wait for a batch and the step that emits the first token
   (SGLang's prebuilt batch), until its API server sends it;
-- `to_router`: the token's way to the router (for a leaf, through the native sglang-router).
+- `to_router`: the token's way from the decode worker's API server to the shell router.
 The rest of decoding (first token to end) is the critical path's `decode` part.
 
-A part whose ends are not both known is None ("unknown"), never estimated: through the native
-sglang-router only decode's reply comes back, so a leaf's prefill-side parts are unknown (the
-router has the prefill reply only for a successor's final request, which it dispatches itself);
-without `--enable-metrics` every part is. `unattributed` is the TTFT the unknown parts cover.
+A part whose ends are not both known is None ("unknown"), never estimated: a request sent through
+a native sglang-router (runs before the shell router dispatched leaves itself) has decode's reply
+only, so its prefill-side parts are unknown; without `--enable-metrics` every part is. `unattributed` is the TTFT the unknown parts cover.
 SGLang 0.5.17 and 0.5.23 report every one of these keys (scheduler: forward_entry_time,
 prefill_finished_time, queue_time in every chunk; API server: request_received_ts,
 response_sent_to_client_ts, request_finished_ts in the last), and so does the reference engine.

@@ -358,14 +358,14 @@ def summary_document(summaries: Sequence[SettingSummary], source: str) -> dict:
             "exposed_prefill (successors' final request to first token), decode, other"
         ),
         "pd_breakdown_s": (
-            "the TTFT of the critical path's requests (leaf_prefill: leaves', through the native "
-            "sglang-router; exposed_prefill: successors' final requests), summed per question, "
+            "the TTFT of the critical path's requests (leaf_prefill: leaves'; exposed_prefill: "
+            "successors' final requests), summed per question, "
             "split by the workers' meta_info timings: bootstrap (to prefill and its bootstrap "
             "queue), prefill_queue, prefill_compute, kv_transfer (prefill finished to KV at "
             "decode), first_decode_step (decode's queue and the step emitting the first token), "
             "to_router (from decode sending the token to the router receiving it); median over "
-            "the questions that know each, 'unknown' where no worker reported it (a leaf's "
-            "prefill side: the native router returns decode's reply only); unattributed = TTFT "
+            "the questions that know each, 'unknown' where no worker reported it (without "
+            "--enable-metrics; the prefill side of a request through a native router); unattributed = TTFT "
             "the unknown parts cover"
         ),
         "overlap_gain": (

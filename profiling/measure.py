@@ -1,7 +1,8 @@
 """Measuring one model of a running PD deployment: prefill (cold and after a cached prefix)
-straight on its prefill worker, decode steps through its sglang-router, and the PD path's fixed
-cost (TTFT through the router minus the prefill). Every prompt is fresh random token ids, so
-nothing is cached by accident."""
+straight on its prefill worker, decode steps over the PD path, and the PD path's fixed cost
+(TTFT minus the prefill). Streamed requests go out as the shell router sends them (both workers
+dispatched by us, router/pd.py `dual`). Every prompt is fresh random token ids, so nothing is
+cached by accident."""
 
 from __future__ import annotations
 
@@ -78,7 +79,7 @@ class ModelRun:
         ]
 
     def pd_fixed_seconds(self) -> float:
-        """Median over (length, rep) of TTFT through the router minus the cold prefill median at
+        """Median over (length, rep) of TTFT over the PD path minus the cold prefill median at
         that length; never negative (a TTFT can undercut a prefill median by noise)."""
         cold = {p.new_tokens: p.seconds for p in self.prefill_points() if p.cached_tokens == 0}
         diffs = [t - cold[n] for n, ts in self.ttft.items() if n in cold for t in ts]
@@ -177,7 +178,7 @@ class ModelProber:
             )
         return PrefillSample(prefix + new - cached, cached, wall, _span(meta))
 
-    # --- the PD path: TTFT through the sglang-router ---------------------------------------------
+    # --- the PD path: TTFT as the shell router sends a request (router/pd.py `dual`) ------------
     async def _stream(self, ids: list[int], max_new: int) -> StreamTimes:
         body = {
             P.INPUT_IDS: ids,
@@ -190,16 +191,21 @@ class ModelProber:
         }
         times = StreamTimes()
         seen = 0
-        call = self.dep.via_router(body)
-        async for chunk in call.stream:
-            now = time.perf_counter()
-            meta = chunk.get(P.META_INFO) or {}
-            # completion_tokens counts what was generated so far; SGLang may stream several
-            # tokens in one chunk.
-            done = int(meta.get(P.COMPLETION_TOKENS) or (seen + len(chunk.get(P.OUTPUT_IDS) or [])))
-            if done > seen:
-                times.chunks.append((now, done))
-                seen = done
+        target = self.dep.pick_prefill()
+        try:
+            call = self.dep.dual(body, target)
+            async for chunk in call.stream:
+                now = time.perf_counter()
+                meta = chunk.get(P.META_INFO) or {}
+                # completion_tokens counts what was generated so far; SGLang may stream several
+                # tokens in one chunk.
+                n = len(chunk.get(P.OUTPUT_IDS) or [])
+                done = int(meta.get(P.COMPLETION_TOKENS) or (seen + n))
+                if done > seen:
+                    times.chunks.append((now, done))
+                    seen = done
+        finally:
+            self.dep.unpin(target)
         if not times.chunks:
             raise ProfileError(f"model {self.dep.name}: a streamed request returned no token")
         return times
@@ -210,7 +216,7 @@ class ModelProber:
         times = await self._stream(self.prompt(length), 2)
         return times.first - t0
 
-    # --- decode: B concurrent streams through the router, twice ----------------------------
+    # --- decode: B concurrent streams over the PD path, twice --------------------------------
     async def _finish_times(self, prompts: list[list[int]], tokens: int) -> list[float]:
         """Seconds from sending to the last token of each of the streams, sent together."""
         t0 = time.perf_counter()

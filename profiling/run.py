@@ -135,10 +135,10 @@ def model_profile(target: Target, model: str, run: ModelRun, served_path: str) -
     notes = (
         f"measured: prefill = median of {target.knobs.reps} of {source} of the prefill-only "
         "warm-up verb on an idle prefill worker (cold: fresh random ids; cached: a fresh prefix "
-        "warmed first); decode = B streams through the sglang-router (ignore_eos, prompts cached "
+        "warmed first); decode = B streams over the PD path as the shell router sends them (ignore_eos, prompts cached "
         "on prefill first) run twice, to 4 and to 4 + decode_tokens new tokens: the difference "
         "of the median finish times per extra token; pd_fixed = median of TTFT "
-        "through the sglang-router minus the cold prefill at the same length. derived: "
+        "over the same path minus the cold prefill at the same length. derived: "
         f"weights_bytes and kv_bytes_per_token from config.json ({mem.dtype}, KV {mem.kv_dtype}; "
         "planning/model_memory.py)."
     )

@@ -1,6 +1,6 @@
 """One agent's requests within a session: its prompt (a first-layer template, or a successor's
 SuccessorPrompt warmed incrementally or built once its precursors ended), its request (through the
-native sglang-router, or dual PD to a sticky prefill target), and its streamed reply into the APC
+dual PD to a prefill target picked by load, sticky for a successor's warm-ups), and its streamed reply into the APC
 and the trace. `Session._run` (orchestrator.py) builds one AgentRunner per agent with what it
 needs, and nothing else of the session."""
 
@@ -70,13 +70,10 @@ class AgentRunner:
             tok = self.ctx.tokenizer(self.model)
             body[P.INPUT_IDS] = prompt_ids(tok, job.cfg.template_of(job.agent_id), job.question)
             job.trace.final_request_s = job.clock.now()
-            if not self.dep.planned_split:
-                await self._stream(self.dep.via_router(body))
-                return
-            # A plan splits the model's requests: we pick the pair now, by load and share
-            # (router/pd.py).
+            # We pick the pair now, by load and share, and send to both workers ourselves, as
+            # for a successor (router/pd.py says why not through the native sglang-router).
             target = self.dep.pick_prefill()
-            job.trace.prefill_url = target.url
+            job.trace.prefill_replica = target.index
             try:
                 await self._stream(self.dep.dual(body, target))
             finally:
@@ -88,11 +85,11 @@ class AgentRunner:
         target = self.dep.pick_prefill() if warms else None
         try:
             if target is not None:
-                job.trace.prefill_url = target.url
+                job.trace.prefill_replica = target.index
             body[P.INPUT_IDS] = await self._successor_prompt(target)
             if target is None:
                 target = self.dep.pick_prefill()
-                job.trace.prefill_url = target.url
+                job.trace.prefill_replica = target.index
             job.trace.final_request_s = job.clock.now()
             await self._stream(self.dep.dual(body, target))
         finally:
@@ -202,9 +199,8 @@ class AgentRunner:
         meta = reader.meta
         trace.finish_reason = meta.get(P.FINISH_REASON)
         # Both workers count the same prompt; the prefill worker's reply has the true
-        # `cached_tokens` (we see it when we dispatched both halves ourselves). Through the
-        # native sglang-router only decode's reply comes back, which carries prefill's value
-        # over the KV metadata (SGLang 0.5.4+ and the reference engine; 0 on 0.5.3 + NIXL).
+        # `cached_tokens`. Decode's reply carries prefill's value over the KV metadata too
+        # (SGLang 0.5.4+ and the reference engine; 0 on 0.5.3 + NIXL), the fallback here.
         prefill = call.prefill.meta
         trace.prompt_tokens = prefill.get(P.PROMPT_TOKENS, meta.get(P.PROMPT_TOKENS))
         trace.cached_tokens = prefill.get(P.CACHED_TOKENS, meta.get(P.CACHED_TOKENS))

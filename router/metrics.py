@@ -68,8 +68,8 @@ class RouterMetrics:
 
         # Per-replica load, as the shell router sends it (router/pd.py): a prefill worker holds a
         # request until its prefill reply, a decode worker until the stream ends. Requests
-        # through a model's native sglang-router, which picks the pair itself, count as
-        # role "router", replica "native".
+        # through a model's native sglang-router (benchmarks that compare it), which picks the
+        # pair itself, count as role "router", replica "native".
         self.worker_in_flight = Gauge(
             "moa_worker_requests_in_flight",
             "Requests in flight on each worker (warm-ups included)",

@@ -1,20 +1,26 @@
 """One model's PD deployment as the shell router uses it: warm-ups straight to a prefill worker,
-the final PD request of a successor sent by us to a sticky (prefill worker, DP rank) plus a decode
-worker, and first-layer requests through the model's native sglang-router.
+and every agent's PD request sent by us to a (prefill worker, DP rank) plus a decode worker;
+a successor's warm-ups and final request stick to one prefill target.
 
-Why we dispatch successors' final requests ourselves rather than through sglang-router 0.3.2:
-the router picks the prefill worker by its own policy (pinning needs `--policy manual` plus a
-header on every request, which the launcher would have to configure), and it drains the prefill
-reply, so `cached_tokens` as the prefill worker saw it is lost (sglang-notes fact 7). Sending the
-same JSON to both workers with the bootstrap fields is the router's whole job (fact 6), a few
-lines here, and gives stickiness and the true `cached_tokens` on any router policy.
+Why we dispatch PD requests ourselves rather than through sglang-router 0.3.2 (which stays in
+front of each model for clients that call it directly, by its own policy):
+- it picks the prefill worker by its own policy (pinning needs `--policy manual` plus a header
+  on every request, which the launcher would have to configure);
+- it drains the prefill reply, so `cached_tokens` as the prefill worker saw it is lost
+  (sglang-notes fact 7);
+- it awaits both workers' response headers before it streams decode's tokens
+  (`tokio::join!` in its dual dispatch), and a prefill worker answers only once its scheduler
+  polled the finished KV transfer, after the forward batch under way: on a CPU every leaf's
+  first tokens were held 0.5-1.9 s at a question's start (docs/benchmarks.md, "The first-token
+  hold"; `via_router` stays for that benchmark and bench_ttft's comparison).
+Sending the same JSON to both workers with the bootstrap fields is the router's whole job
+(fact 6), a few lines here (`dual`), and streams decode's tokens as they come.
 
 Replicas are chosen by router/request_split.py's rule, the simulator's too: the least open
 requests per unit of the plan's share (the cluster file's `prefill_shares`/`decode_shares`; equal
 without a plan), at the moment of sending: a successor's prefill worker when its warm-ups start
-(its warm-ups and final request stay there), each request's decode worker when it is sent. With a
-plan's split every request, first-layer ones included, is dispatched by us; the native
-sglang-router then serves clients that call it directly, by its own policy.
+(its warm-ups and final request stay there), any other request's when it is sent, each
+request's decode worker when it is sent.
 """
 
 from __future__ import annotations
@@ -125,11 +131,6 @@ class Deployment:
         self._pick_rr = itertools.count()
 
     # --- stickiness ---------------------------------------------------------------------------
-    @property
-    def planned_split(self) -> bool:
-        """Whether a plan splits this model's requests (then we dispatch every request)."""
-        return bool(self.spec.prefill_shares or self.spec.decode_shares)
-
     def pick_prefill(self) -> PrefillTarget:
         """The prefill worker with the least open requests for its share (router/request_split.py;
         the request, or successor, counts open there until its final prefill replied), then its
@@ -209,8 +210,9 @@ class Deployment:
         return reply.get(P.META_INFO, {})
 
     def via_router(self, body: dict) -> PDCall:
-        """A first-layer request through the native sglang-router (it picks the pair, so the
-        request holds every prefill worker's gate of this model until its prefill is over)."""
+        """A request through the native sglang-router, for benchmarks that compare it with
+        `dual` (it picks the pair, so the request holds every prefill worker's gate of this
+        model until its prefill is over)."""
         held = hold(self._gates)
         body = self._with_priority(body, critical=True)
         stream = self._client.stream(f"{self.spec.router_url}/generate", body, "router")
@@ -223,7 +225,7 @@ class Deployment:
         return PDCall(body[P.RID], stream, urls, held)
 
     def dual(self, body: dict, target: PrefillTarget) -> PDCall:
-        """The final PD request of a successor: the same JSON to its prefill worker and to a
+        """An agent's PD request: the same JSON to the target's prefill worker and to a
         decode worker, joined by a fresh bootstrap room on the target's DP rank."""
         claim = self._load["decode"].choose()
         # Released when the stream ends, or by `unpin` if it never ran.

@@ -35,7 +35,9 @@ class AgentTrace:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     slot_order: list[str] = field(default_factory=list)
-    prefill_url: str | None = None
+    # The model's prefill worker that served it, by its index in the cluster's prefill_urls
+    # (never the URL: traces go back to API clients, who must not see internal addresses).
+    prefill_replica: int | None = None
     killed: bool = False
     # Routing left this pool candidate out of the question (it never ran).
     routed_out: bool = False

@@ -5,9 +5,8 @@ once its precursors ended (blocking), once every agent of the layers before its 
 the static prefix first, then, one warm-up at a time and only through the worker's gate, all
 that arrived meanwhile once it is at least `min_chunk_tokens`). Each request: a critical prefill
 on the agent's prefill worker, the PD path's fixed cost, then decoding on its decode worker.
-The workers are chosen as the shell router chooses them for a planned model
-(router/request_split.py; without a plan, first-layer requests go through the native sglang-router,
-whose own policy this models by the same rule), as requests go out: a warming successor's prefill
+The workers are chosen as the shell router chooses them (router/request_split.py), as requests
+go out: a warming successor's prefill
 worker at its start, every other prefill worker and every decode worker at the final request; a
 request is open on its prefill worker until the prefill reply, on its decode worker until its last
 token. Early exit: agents the trace marks killed (or that an exit rate draws) are cut once
@@ -147,11 +146,8 @@ class QuestionRun:
         st.trace["final_request_s"] = self._now()
         dgate = self.sim.device_gates[decoder.name]
         dgate.decode_started(decoder.name)
-        # A leaf goes through the model's native router: it holds every prefill gate of the
-        # model until its prefill is over (router/pd.py `via_router`); a successor its target's.
-        holds = [self.sim.gates[p.name] for p in rep.prefill] if not w.precursors else [gate]
-        for g in holds:
-            g.hold()
+        # Every request holds its prefill worker's gate until its prefill is over.
+        gate.hold()
         self.sim.router.request()
         # The prefill starts only once the decode worker admitted the request (PD bootstrap).
         slot = decoder.slots.request()
@@ -162,10 +158,9 @@ class QuestionRun:
             st.trace["prompt_tokens"], st.trace["cached_tokens"] = length(prompt), job.cached
         if not st.killed:
             yield self.env.timeout(self.sim.profile.models[w.model].pd_fixed_seconds)
-        # The router learns the prefill is over from the first token (a leaf) or the prefill
-        # worker's reply, which comes once the KV was sent (a successor): after the PD hop.
-        for g in holds:
-            g.release()
+        # The router learns the prefill is over from the first token or the prefill worker's
+        # reply, which comes once the KV was sent: after the PD hop.
+        gate.release()
         on_prefill.release()
         if not st.killed:
             st.trace["first_token_s"] = self._now()

@@ -1,5 +1,5 @@
-"""Test doubles for the shell router's tests: fake SGLang workers (prefill, decode, native router)
-that speak the wire protocol with a deterministic "model", a fake radix cache and request
+"""Test doubles for the shell router's tests: fake SGLang workers (prefill, decode, and a native
+router the cluster file names but the shell router does not call) that speak the wire protocol with a deterministic "model", a fake radix cache and request
 bookkeeping; fixtures for the SmolLM2 tokenizer and a fake cluster. No torch, no processes."""
 
 from __future__ import annotations

@@ -160,7 +160,7 @@ async def test_a_worker_refusal_is_400_without_internal_addresses(
     smollm_tokenizer_path,  # noqa: F811
 ):
     cluster = await start_fake_cluster(
-        smollm_tokenizer_path, router={"fail_rids_containing": "leaf_0_1", "fail_status": 400}
+        smollm_tokenizer_path, decode={"fail_rids_containing": "leaf_0_1", "fail_status": 400}
     )
     cfg = tree_config(max_new_tokens=4)
     client = await _client(cluster.spec, cfg)

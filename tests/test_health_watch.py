@@ -142,12 +142,12 @@ async def test_router_fails_fast_when_a_worker_goes_down(smollm_tokenizer_path):
     await client.start_server()
     try:
         assert (await client.get("/health")).status == 200
-        cluster.router.hang = True  # every generation now waits forever
+        cluster.decodes[0].hang = True  # every generation now waits forever
         msgs = [{"role": "user", "content": "2+3?"}]
         inflight = asyncio.create_task(
             client.post("/v1/chat/completions", json={"model": cfg.name, "messages": msgs})
         )
-        await _until(lambda: cluster.router.active)
+        await _until(lambda: cluster.decodes[0].active)
         t0 = time.monotonic()
         # Nothing listens there any more, as after a kill -9 (site.stop() would also wait for
         # the open connections to end).
@@ -162,8 +162,8 @@ async def test_router_fails_fast_when_a_worker_goes_down(smollm_tokenizer_path):
         assert r.status == 503 and body["status"] == "degraded"
         assert [d["role"] for d in body["down"]] == ["decode0"]
     finally:
-        cluster.router.hang = False
-        for rid in list(cluster.router.active):
-            cluster.router.active[rid].set()
+        cluster.decodes[0].hang = False
+        for rid in list(cluster.decodes[0].active):
+            cluster.decodes[0].active[rid].set()
         await client.close()
         await cluster.close()

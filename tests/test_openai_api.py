@@ -33,8 +33,8 @@ async def api(smollm_tokenizer_path):  # noqa: F811
 
 
 def _sampling_by_agent(cluster) -> dict[str, dict]:
-    """The sampling_params of each agent's request (leaves go through the native router,
-    successors straight to their workers), by the agent id in its rid."""
+    """The sampling_params of each agent's request (each sent to its prefill and decode
+    workers), by the agent id in its rid."""
     out = {}
     for r in [r for w in cluster.workers() for r in w.requests if P.SAMPLING_PARAMS in r]:
         rid = str(r.get("rid", ""))

@@ -121,7 +121,7 @@ def test_a_slower_replica_gets_fewer_requests():
 
 def test_one_at_a_time_the_largest_share_takes_each_request_and_equal_shares_alternate():
     dep = _deployment(7, prefill_shares=SHARES, decode_shares=[0.5, 0.5])
-    assert _picks(dep, 50) == [0] * 50 and dep.planned_split
+    assert _picks(dep, 50) == [0] * 50
     even = _deployment(7, prefill_shares=[1 / 3] * 3)
     picks = _picks(even, 300)
     for n in range(0, 300, 3):
@@ -202,7 +202,7 @@ def test_every_agent_uses_every_replica_over_many_questions():
 def test_without_a_split_the_least_pinned_worker_is_chosen():
     dep = _deployment(7)
     held = [dep.pick_prefill() for _ in range(6)]
-    assert Counter(t.index for t in held) == {0: 2, 1: 2, 2: 2} and not dep.planned_split
+    assert Counter(t.index for t in held) == {0: 2, 1: 2, 2: 2}
 
 
 def test_decode_workers_by_share_and_a_successor_stays_on_its_prefill_worker():

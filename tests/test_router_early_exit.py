@@ -46,7 +46,7 @@ DELAY = 0.01
 
 @dataclass
 class HoldingWorker(FakeWorker):
-    """A fake native router that holds requests whose rid names one of `hold` until aborted, so
+    """A fake decode worker that holds requests whose rid names one of `hold` until aborted, so
     that agent produces no token before early exit kills it. It first sends an event with no
     token (its prefill is over), as a slow decode would: the router's PrefillGate then lets
     warm-ups through."""
@@ -97,12 +97,13 @@ def fake_hooks(extractor=last_answer, embedder=None) -> EarlyExitHooks:
 
 
 async def cluster_holding(tok_path: str, hold: tuple[str, ...] = ()) -> FakeCluster:
-    c = await start_fake_cluster(tok_path, decode={"token_delay_s": DELAY})
-    await c.router.server.close()
-    router = await HoldingWorker("router", token_delay_s=DELAY, hold=hold).start()
+    c = await start_fake_cluster(tok_path)
+    await c.decodes[0].server.close()
+    rooms = c.prefills[0].rooms
+    decode = await HoldingWorker("decode", token_delay_s=DELAY, rooms=rooms, hold=hold).start()
     data = c.spec.model_dump()
-    data["models"]["smollm2"]["router_url"] = router.url
-    return FakeCluster(ClusterSpec.model_validate(data), c.prefills, c.decodes, router)
+    data["models"]["smollm2"]["decode_urls"] = [decode.url]
+    return FakeCluster(ClusterSpec.model_validate(data), c.prefills, [decode], c.router)
 
 
 def ee_config(tokens: dict[str, int] | None = None, bypass: dict | None = None, **ee):
@@ -172,9 +173,8 @@ async def test_exit_after_the_warmed_region_keeps_warmups_valid(
         trace = result.trace
         assert trace["leaf_0_1"]["killed"] and not trace["leaf_0_1"]["output_ids"]
         assert trace["final"]["slot_order"] == ["leaf_0_0", "leaf_0_2"]
-        # Aborted on the workers: sglang-router has no abort verb, so every prefill and decode
-        # worker of the model is told the rid.
-        rid = next(r[P.RID] for r in cluster.router.requests if "-leaf_0_1-" in r[P.RID])
+        # Aborted on both of its workers.
+        rid = next(r[P.RID] for r in cluster.decodes[0].requests if "-leaf_0_1-" in r[P.RID])
         assert rid in cluster.prefills[0].aborted and rid in cluster.decodes[0].aborted
         warm, final = final_requests(cluster)
         assert final == expected_prompt(result, pieces, eot, ["leaf_0_0", "leaf_0_2"])

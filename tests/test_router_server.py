@@ -18,7 +18,7 @@ from tests.router_fixtures import smollm_tokenizer_path, start_fake_cluster, tre
 
 @pytest.fixture
 async def api(smollm_tokenizer_path):  # noqa: F811
-    slow = {"decode": {"token_delay_s": 0.003}, "router": {"token_delay_s": 0.003}}
+    slow = {"decode": {"token_delay_s": 0.003}}
     cluster = await start_fake_cluster(smollm_tokenizer_path, **slow)
     cfg = tree_config(max_new_tokens=6)
     client = TestClient(TestServer(make_app(cluster.spec, {cfg.name: cfg})))
@@ -109,7 +109,7 @@ async def test_per_agent_fan_out_meets_in_one_session(api):
 
 async def test_chat_completions_streams_the_final_answer(smollm_tokenizer_path):  # noqa: F811
     # Every streamed text but the last ends in half a character (U+FFFD): never sent.
-    workers = {"decode": {"half_characters": True}, "router": {"token_delay_s": 0.002}}
+    workers = {"decode": {"half_characters": True, "token_delay_s": 0.002}}
     async with _served(smollm_tokenizer_path, tree_config(max_new_tokens=6), **workers) as (
         client,
         _,
@@ -220,7 +220,7 @@ async def _until(condition, seconds: float = 5.0) -> None:
     raise AssertionError(f"condition still false after {seconds} s")
 
 
-SLOW = {"decode": {"token_delay_s": 0.05}, "router": {"token_delay_s": 0.05}}
+SLOW = {"decode": {"token_delay_s": 0.05}}
 AGENT = {"session_id": "s2", "question": "q", "agent": "leaf_0_0"}
 
 
@@ -242,18 +242,20 @@ async def test_a_disconnected_agent_nobody_needs_is_aborted(smollm_tokenizer_pat
             labels = {"model": "smollm2", "outcome": "killed"}
             return registry.get_sample_value("moa_agents_total", labels)
 
+        decode = cluster.decodes[0]
         await _until(lambda: killed() == 1)
-        assert killed() == 1 and len(cluster.router.active) == 3  # the leaves run on
+        assert killed() == 1 and len(decode.active) == 3  # the leaves run on
         for leaf in leaves:
             leaf.close()
-        await _until(lambda: not cluster.router.active)
-        assert not cluster.router.active and not cluster.prefills[0].active
-        assert {r[P.RID] for r in cluster.router.requests} <= set(cluster.decodes[0].aborted)
+        await _until(lambda: not decode.active)
+        assert not decode.active and not cluster.prefills[0].active
+        leaf_rids = {r[P.RID] for r in decode.requests if "-leaf_" in r[P.RID]}
+        assert len(leaf_rids) == 3 and leaf_rids <= set(decode.aborted)
 
 
 async def test_a_disconnected_precursor_feeds_its_successor(smollm_tokenizer_path):  # noqa: F811
     cfg = tree_config(max_new_tokens=20)
-    workers = {"decode": {"token_delay_s": 0.005}, "router": {"token_delay_s": 0.01}}
+    workers = {"decode": {"token_delay_s": 0.005, "delay_by_rid": {"leaf_": 0.01}}}
     async with _served(smollm_tokenizer_path, cfg, **workers) as (client, cluster, _):
         body = {**AGENT, "config": cfg.name}
         resps = {
@@ -267,8 +269,8 @@ async def test_a_disconnected_precursor_feeds_its_successor(smollm_tokenizer_pat
         assert final[-1]["trace"]["slot_order"] == ["leaf_0_0", "leaf_0_1", "leaf_0_2"]
         for a in ("leaf_0_1", "leaf_0_2"):
             await sse(resps[a])
-        assert not any("leaf_0_0" in rid for rid in cluster.router.aborted)
-        await _until(lambda: not cluster.router.active)
+        assert not any("leaf_0_0" in rid for rid in cluster.decodes[0].aborted)
+        await _until(lambda: not cluster.decodes[0].active)
         health = await (await client.get("/health")).json()
         assert health["sessions"] == 0
 
@@ -282,8 +284,8 @@ async def test_an_agent_without_its_successor_ends_with_the_session(smollm_token
         await r.content.readline()  # the first token arrived
         r.close()
         await asyncio.sleep(0.1)
-        assert cluster.router.active  # its successor may still come
-        await _until(lambda: not cluster.router.active)
+        assert cluster.decodes[0].active  # its successor may still come
+        await _until(lambda: not cluster.decodes[0].active)
         # The session leaves the table first, then aborts its agents on the workers.
         await _until(lambda: any("leaf_0_0" in rid for rid in cluster.decodes[0].aborted))
         assert (await (await client.get("/health")).json())["sessions"] == 0

@@ -10,7 +10,7 @@ from router.context import RouterContext
 from router.sessions import SessionStore
 from tests.router_fixtures import smollm_tokenizer_path, start_fake_cluster, tree_config  # noqa: F401
 
-SLOW = {"decode": {"token_delay_s": 0.05}, "router": {"token_delay_s": 0.05}}
+SLOW = {"decode": {"token_delay_s": 0.05}}
 LINGER = Timeouts(read_s=10, warmup_s=10, precursor_wait_s=20, session_linger_s=0.05)
 
 
@@ -35,7 +35,7 @@ async def test_expiry_closes_the_session_and_aborts_its_agents(smollm_tokenizer_
             store.leave(again)
             await store.close()
         await asyncio.sleep(0.05)
-        assert not cluster.router.active
+        assert not cluster.decodes[0].active
     finally:
         await cluster.close()
 
@@ -52,6 +52,6 @@ async def test_a_request_leaving_after_shutdown(smollm_tokenizer_path):  # noqa:
             await store.close()  # the request is still inside
             store.leave(s)  # no KeyError: the store forgot the session
             assert len(store) == 0 and s.traces["leaf_0_0"].killed
-        assert not cluster.router.active
+        assert not cluster.decodes[0].active
     finally:
         await cluster.close()

@@ -318,7 +318,7 @@ async def test_a_routed_question_runs_only_the_chosen_and_records_why(
     cfg = routed(k=2)
     emb = FakeEmbeddings()
     routers = PoolRouters(lambda name: emb)
-    fast = {"decode": {"token_delay_s": 0.001}, "router": {"token_delay_s": 0.001}}
+    fast = {"decode": {"token_delay_s": 0.001}}
     cluster = await start_fake_cluster(smollm_tokenizer_path, **fast)
     try:
         async with RouterContext.open(cluster.spec) as ctx:
@@ -334,9 +334,10 @@ async def test_a_routed_question_runs_only_the_chosen_and_records_why(
                     assert t["routed_out"] == t["skipped"] == (c not in chosen)
                     assert bool(t["output_ids"]) == (c in chosen)
                 assert result.trace["final"]["slot_order"] == chosen
-                sent = {r["rid"].split("-")[2] for r in cluster.router.requests}
+                decode = cluster.decodes[0]
+                sent = {r["rid"].split("-")[2] for r in decode.requests} - {"final"}
                 assert sent == set(chosen)  # the others never reached a worker
-                cluster.router.requests.clear()
+                decode.requests.clear()
             tok = ctx.tokenizer("smollm2")
             text = tok.tok.decode(cluster.prefills[0].finals()[-1]["input_ids"])
             assert "[Candidate 2]" in text and "[Candidate 3]" not in text
@@ -362,7 +363,7 @@ async def test_posterior_correction_drops_or_orders_last(
     cfg = routed(k=3, posterior=posterior)
     emb = FakeEmbeddings()
     routers = PoolRouters(lambda name: emb)
-    fast = {"decode": {"token_delay_s": 0.001}, "router": {"token_delay_s": 0.001}}
+    fast = {"decode": {"token_delay_s": 0.001}}
     cluster = await start_fake_cluster(smollm_tokenizer_path, **fast)
     try:
         async with RouterContext.open(cluster.spec) as ctx:
@@ -439,7 +440,7 @@ async def test_http_run_returns_the_routing_record_and_refuses_a_missing_scorer(
     raw = cfg.model_dump(mode="json") | {"name": "no_scorer"}
     raw["routing"]["scorer"] = str(tmp_path / "missing.json")
     broken = parse_config(json.dumps(raw))
-    fast = {"decode": {"token_delay_s": 0.001}, "router": {"token_delay_s": 0.001}}
+    fast = {"decode": {"token_delay_s": 0.001}}
     cluster = await start_fake_cluster(smollm_tokenizer_path, **fast)
     app = make_app(cluster.spec, {cfg.name: cfg, broken.name: broken})
     # The files the router loaded at start (the missing one: why it could not).

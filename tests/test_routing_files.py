@@ -63,7 +63,7 @@ async def api(smollm_tokenizer_path, tmp_path):  # noqa: F811
     from router.config_loader import config_from_dict
 
     cfgs = [tree_config(max_new_tokens=4), config_from_dict(start)]
-    fast = {"decode": {"token_delay_s": 0.001}, "router": {"token_delay_s": 0.001}}
+    fast = {"decode": {"token_delay_s": 0.001}}
     cluster = await start_fake_cluster(smollm_tokenizer_path, **fast)
     app = make_app(cluster.spec, {c.name: c for c in cfgs})
     app[ROUTERS] = PoolRouters(lambda name: FakeEmbeddings(), app[CONFIGS].files)

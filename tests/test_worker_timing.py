@@ -158,9 +158,8 @@ def test_null_and_pd_workers_report_sglang_timings(stack):
 
 @pytest.mark.slow
 async def test_the_pd_breakdown_of_real_requests_adds_up_to_their_ttft(stack):
-    """A 3-1 question through the router on the real PD pair: the final request (dispatched to
-    both workers by the router) has every part, each non-negative, summing to its TTFT; the
-    leaves (through the native sglang-router: decode's reply only) have decode's parts alone."""
+    """A 3-1 question through the router on the real PD pair: every request (each dispatched
+    to both workers by the router) has every part, each non-negative, summing to its TTFT."""
     from experiments.pd_breakdown import COMPONENTS, request_breakdown
     from experiments.results import AgentTrace
     from router.context import RouterContext
@@ -179,9 +178,6 @@ async def test_the_pd_breakdown_of_real_requests_adds_up_to_their_ttft(stack):
                 where = (mode, agent_id, parts)
                 assert all(v >= 0 for v in known.values()), where
                 assert sum(known.values()) + parts["unattributed"] == pytest.approx(ttft, abs=1e-6)
-                if a.slot_order:
-                    assert set(known) == set(COMPONENTS), where
-                    assert parts["unattributed"] == pytest.approx(0, abs=1e-3)
-                    assert parts["prefill_compute"] > 0
-                else:
-                    assert set(known) == {"first_decode_step", "to_router"}, where
+                assert set(known) == set(COMPONENTS), where
+                assert parts["unattributed"] == pytest.approx(0, abs=1e-3)
+                assert parts["prefill_compute"] > 0
