@@ -24,7 +24,6 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
@@ -32,15 +31,14 @@ import numpy as np
 
 from benchmarks.bench_meta import BenchRun, provenance
 from benchmarks.bench_overlap import log
+from benchmarks.shell_routers import priority_config, start_routers
 from experiments.datasets import load_questions
 from experiments.paired_stats import median_ci
 from experiments.prompts import build_question_prompt
 from experiments.router_client import RouterClient
 from experiments.run import flush_worker_caches
 from launch.commands import bring_up, make_stack
-from launch.ports import free_port
-from launch.procs import ProcSpec, start, stop_group, wait_healthy
-from router.config_loader import config_from_dict, resolve_config_path
+from launch.procs import stop_group
 
 RUNGS = {  # name: (mode, cluster overrides)
     "#2": ("blocking", {"warmup_gate": True, "priority_scheduling": True}),
@@ -55,55 +53,6 @@ RUNGS = {  # name: (mode, cluster overrides)
         {"warmup_gate": True, "priority_scheduling": True, "warmup_gate_scope": "device"},
     ),
 }
-
-
-def priority_config(config: str, out: Path) -> Path:
-    """A copy of `config` whose torch workers schedule by priority."""
-    src = resolve_config_path(config)
-    raw = json.loads(src.read_text(encoding="utf-8"))
-    for model in raw["models"].values():
-        args = model.setdefault("server_args", {}).setdefault("torch", {})
-        args["enable_priority_scheduling"] = True
-    config_from_dict(raw, f"{src} with priority scheduling")
-    dest = out / "configs" / src.name
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    dest.write_text(json.dumps(raw, indent=2) + "\n", encoding="utf-8")
-    return dest
-
-
-def start_routers(
-    cluster_path: Path, config: Path, out: Path, rungs: list[str]
-) -> tuple[dict[str, str], list]:
-    """One shell router per rung's cluster variant; returns {rung: url} and the procs."""
-    base = json.loads(cluster_path.read_text())
-    urls, procs = {}, []
-    for rung in rungs:
-        overrides = RUNGS[rung][1]
-        path = out / f"cluster_{rung.strip('#')}.json"
-        path.write_text(json.dumps({**base, **overrides}, indent=1))
-        port = free_port()
-        argv = [
-            sys.executable,
-            "-m",
-            "router",
-            "--cluster",
-            str(path),
-            "--config",
-            str(config),
-            "--port",
-            str(port),
-            "--log-level",
-            "WARNING",
-        ]
-        procs.append(
-            start(
-                ProcSpec(f"router_{rung.strip('#')}", argv, f"http://127.0.0.1:{port}/health"),
-                out / "logs",
-            )
-        )
-        urls[rung] = f"http://127.0.0.1:{port}"
-    wait_healthy(procs, 120)
-    return urls, procs
 
 
 async def run(cluster: dict, urls: dict[str, str], cfg_name: str, questions, out: Path):
@@ -192,7 +141,8 @@ def main() -> None:
     procs = []
     try:
         cluster = bring_up(stack)
-        urls, procs = start_routers(stack.cluster_path, config, out, rungs)
+        overrides = {rung: RUNGS[rung][1] for rung in rungs}
+        urls, procs = start_routers(stack.cluster_path, config, out, overrides)
         cfg_name = json.loads(config.read_text())["name"]
         rows = asyncio.run(run(cluster, urls, cfg_name, questions, out))
     finally:

@@ -41,6 +41,8 @@ class AgentJob:
     forced_order: list[str] | None
     # Part of every rid: unique per session.
     rid_tag: str
+    # The question's arrival number at the router (router/priority.py).
+    arrival: int | None = None
     # blocking_layer: the agents of every earlier layer; the final request waits for them all.
     layer_barrier: list[str] = field(default_factory=list)
     # Routing's posterior correction: holds the prompt until the chosen answers were scored.
@@ -72,7 +74,7 @@ class AgentRunner:
             job.trace.final_request_s = job.clock.now()
             # We pick the pair now, by load and share, and send to both workers ourselves, as
             # for a successor (router/pd.py says why not through the native sglang-router).
-            target = self.dep.pick_prefill()
+            target = self.dep.pick_prefill(job.arrival)
             job.trace.prefill_replica = target.index
             try:
                 await self._stream(self.dep.dual(body, target))
@@ -82,13 +84,13 @@ class AgentRunner:
         # The prefill worker is chosen when the first request for it goes out: the first
         # warm-up's, or without warm-ups the final request's (then by the load of that moment).
         warms = job.pipelined and job.cfg.incremental_prefill.enabled
-        target = self.dep.pick_prefill() if warms else None
+        target = self.dep.pick_prefill(job.arrival) if warms else None
         try:
             if target is not None:
                 job.trace.prefill_replica = target.index
             body[P.INPUT_IDS] = await self._successor_prompt(target)
             if target is None:
-                target = self.dep.pick_prefill()
+                target = self.dep.pick_prefill(job.arrival)
                 job.trace.prefill_replica = target.index
             job.trace.final_request_s = job.clock.now()
             await self._stream(self.dep.dual(body, target))

@@ -136,6 +136,10 @@ class ClusterSpec(_Tolerant):
     # `priority_scheduling`, from --enable-priority-scheduling); True/False overrides that
     # (benchmarks compare the two on the same workers).
     priority_scheduling: bool | None = None
+    # The order of requests within each class (critical, warm-up), at the workers (the priority
+    # field above) and at the warm-up gates: False, first come first served; True, workflow
+    # priority, the requests of the question that arrived first go first (router/priority.py).
+    workflow_priority: bool = False
     # The router's own isolation of warm-ups (router/prefill_gate.py); off only to measure what
     # it buys (benchmarks/bench_gate_ladder.py).
     warmup_gate: bool = True

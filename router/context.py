@@ -17,9 +17,9 @@ from router.config import TopologyConfig
 from router.health_watch import HealthWatch
 from router.metrics import RouterMetrics
 from router.pd import Deployment
+from router.priority import RequestOrder
 from router.sglang_client import SGLangClient, WorkerError
 from router.tokenizers import LoadedTokenizer, TokenizerStore
-from sglang_ext import protocol as P
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,8 @@ class RouterContext:
         rng = random.Random(seed)
         scoped = cluster.warmup_gate and cluster.warmup_gate_scope == "device"
         self.metrics = RouterMetrics()
+        # Numbers the questions as they arrive and values their requests' priority.
+        self.order = RequestOrder(workflow=cluster.workflow_priority)
         self.devices = (
             {d: ComputeDevice(d, slots) for d, slots in cluster.devices.items()} if scoped else {}
         )
@@ -55,7 +57,8 @@ class RouterContext:
                 cluster.timeouts,
                 cluster.warmup_verb,
                 random.Random(rng.random()),
-                (P.PRIORITY_CRITICAL, P.PRIORITY_WARMUP) if cluster.sends_priority(name) else None,
+                send_priority=cluster.sends_priority(name),
+                order=self.order,
                 gate=cluster.warmup_gate,
                 is_down=self.health.is_down,
                 devices=self.devices,

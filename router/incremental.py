@@ -6,6 +6,7 @@ prompt's token ids."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 from collections.abc import Callable
 
@@ -55,8 +56,14 @@ class WarmupLoop:
     is outstanding there, and what it carries is decided only once the gate let it through, so a
     warm-up that waited carries everything that arrived meanwhile, and one whose prompt completed
     meanwhile is never sent (the final request supersedes it). The static prefix goes first, as
-    soon as the gate opens (so never before the leaves' own prompts were prefilled).
+    soon as the gate opens (so never before the leaves' own prompts were prefilled). A warm-up
+    ready to go queues at the gate by (its question's rank, when its successor started): under
+    workflow priority an older question's warm-ups go first, else successors take turns in
+    the order they started (router/priority.py).
     """
+
+    # Successors in the order their warm-ups started: a gate serves equal ranks in this order.
+    _arrivals = itertools.count()
 
     def __init__(
         self,
@@ -74,12 +81,19 @@ class WarmupLoop:
         """`on_warmup(n_tokens, meta_info)` is called after each warm-up returned (metrics)."""
         self._prompt, self._apc, self._dep, self._target = prompt, apc, deployment, target
         self._gate = deployment.gate(target)
+        self._key = (deployment.warmup_rank(target), next(self._arrivals))
         self._policy, self._trace, self._clock = policy, trace, clock
         self._rid_prefix, self._wait_s = rid_prefix, precursor_wait_s
         self._on_warmup = on_warmup
 
     async def run(self) -> list[int]:
         """Warm until the prompt is complete; return the complete prompt."""
+        try:
+            return await self._run()
+        finally:
+            self._gate.unqueue(self._key)
+
+    async def _run(self) -> list[int]:
         warmed: list[int] = []
         while True:
             seen = self._apc.version
@@ -91,9 +105,11 @@ class WarmupLoop:
             else:
                 chunk = next_warmup(warmed, state.ids, self._policy)
             if chunk is None:
+                self._gate.unqueue(self._key)  # nothing to send: let the others go first
                 await self._wait(seen, for_gate=False)
                 continue
-            if not self._gate.try_enter():
+            if not self._gate.try_enter(self._key):
+                self._gate.queue(self._key)
                 await self._wait(seen, for_gate=True)
                 continue
             try:

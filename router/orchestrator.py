@@ -114,6 +114,8 @@ class Session:
         self.tasks: dict[str, asyncio.Task] = {}
         # Part of every rid: unique per Session even when a client reuses a session id.
         self.rid_tag = uuid.uuid4().hex[:12]
+        # Its arrival at this router: ranks its requests under workflow priority.
+        self.arrival = ctx.order.next_question()
         # Per-agent endpoint: clients streaming each agent now (a disconnect cancels an agent
         # only when nobody else needs it).
         self.followers: Counter[str] = Counter()
@@ -272,6 +274,7 @@ class Session:
             dropped=self.dropped[agent_id],
             forced_order=self.slot_orders.get(agent_id),
             rid_tag=self.rid_tag,
+            arrival=self.arrival,
             gate=self.gates.get(agent_id),
         )
 

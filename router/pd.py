@@ -37,6 +37,7 @@ from router.cluster import ModelDeployment, Timeouts
 from router.compute_device import ComputeDevice
 from router.metrics import RouterMetrics
 from router.prefill_gate import CriticalHold, PrefillGate, hold
+from router.priority import RequestOrder
 from router.request_split import Claim, ReplicaLoad
 from router.sglang_client import SGLangClient
 from sglang_ext import protocol as P
@@ -53,6 +54,8 @@ class PrefillTarget:
     bootstrap_port: int | None
     dp_rank: int
     dp_size: int
+    # The arrival number of the question whose requests go here (router/priority.py); None: FCFS.
+    question: int | None = None
     claims: dict[str, Claim] = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -92,21 +95,24 @@ class Deployment:
         timeouts: Timeouts,
         warmup_verb: str,
         rng: random.Random | None = None,
-        priorities: tuple[int, int] | None = None,
+        send_priority: bool = False,
+        order: RequestOrder | None = None,
         gate: bool = True,
         is_down: Callable[[str], bool] = lambda url: False,
         devices: dict[str, ComputeDevice] | None = None,
         metrics: RouterMetrics | None = None,
     ) -> None:
-        """`priorities` = (critical, warm-up) values of SGLang's `priority` field, sent only
-        when the workers schedule by priority (else SGLang may refuse the field). `is_down(url)`:
+        """`send_priority`: send SGLang's `priority` field, valued by `order` (only when the
+        workers schedule by priority, else SGLang may refuse the field); `order` also ranks
+        warm-ups at the gates (router/priority.py; default FCFS). `is_down(url)`:
         the health watch's verdict on a worker, so that no abort waits on a hung one. `devices`:
         the shared compute devices by name (empty: each gate looks at its own worker only).
         `metrics`: where each worker's load is counted (the router app's)."""
         self.name, self.spec, self._client, self._t = name, spec, client, timeouts
         self._is_down = is_down
         self._warmup_verb = warmup_verb
-        self._priorities = priorities
+        self._send_priority = send_priority
+        self._order = order or RequestOrder()
         # Without the gate (measurements only) nothing waits: any number of warm-ups in flight.
         cap = 1 if gate else 1 << 30
         self._gates = [PrefillGate(cap, enforce_critical=gate) for _ in spec.prefill_urls]
@@ -131,11 +137,12 @@ class Deployment:
         self._pick_rr = itertools.count()
 
     # --- stickiness ---------------------------------------------------------------------------
-    def pick_prefill(self) -> PrefillTarget:
+    def pick_prefill(self, question: int | None = None) -> PrefillTarget:
         """The prefill worker with the least open requests for its share (router/request_split.py;
         the request, or successor, counts open there until its final prefill replied), then its
         least-pinned DP rank (ties rotate). Call it when the first request for it goes out;
-        release it with `unpin`."""
+        release it with `unpin`. `question`: the arrival number of the request's question, which
+        ranks its requests (router/priority.py)."""
         claim = self._load["prefill"].choose()
         n = next(self._pick_rr)
         keys = [k for k in self._pinned if k[0] == claim.index]
@@ -148,6 +155,7 @@ class Deployment:
             self.spec.bootstrap_port(index),
             rank,
             self.spec.prefill_dp_size,
+            question,
             {"prefill": claim},
         )
 
@@ -165,10 +173,14 @@ class Deployment:
         the worker's compute)."""
         return self._gates[target.index]
 
-    def _with_priority(self, body: dict, critical: bool) -> dict:
-        if self._priorities is None:
+    def warmup_rank(self, target: PrefillTarget) -> int:
+        """Where the target's warm-ups queue at its gate: smaller first (the priority negated)."""
+        return -self._order.value(False, target.question)
+
+    def _with_priority(self, body: dict, critical: bool, question: int | None = None) -> dict:
+        if not self._send_priority:
             return body
-        return {**body, P.PRIORITY: self._priorities[0 if critical else 1]}
+        return {**body, P.PRIORITY: self._order.value(critical, question)}
 
     # --- requests -----------------------------------------------------------------------------
     async def warmup(self, target: PrefillTarget, input_ids: list[int], rid: str) -> dict:
@@ -187,7 +199,7 @@ class Deployment:
             body = {P.INPUT_IDS: input_ids, P.RID: rid, P.BOOTSTRAP_ROOM: self._room(target)}
             reply = await self._client.post_json(
                 f"{target.url}{P.PREFILL_ONLY_PATH}",
-                self._with_priority(body, critical=False),
+                self._with_priority(body, False, target.question),
                 "warm-up",
                 self._t.warmup_s,
             )
@@ -203,7 +215,7 @@ class Deployment:
         }
         reply = await self._client.post_json(
             f"{target.url}/generate",
-            self._with_priority(body, critical=False),
+            self._with_priority(body, False, target.question),
             "warm-up",
             self._t.warmup_s,
         )
@@ -233,7 +245,7 @@ class Deployment:
         decode = claim.index
         decode_url = self.spec.decode_urls[decode]
         body = {
-            **self._with_priority(body, critical=True),
+            **self._with_priority(body, True, target.question),
             P.BOOTSTRAP_HOST: target.host,
             P.BOOTSTRAP_PORT: target.bootstrap_port,
             P.BOOTSTRAP_ROOM: self._room(target),

@@ -11,7 +11,9 @@ worker-side priority (the `priority` field) stays as a second line.
 A critical hold lasts from sending the request until its prefill is known to be over (the prefill
 worker's reply, or the first token). One gate per prefill worker, shared by every session of a
 router process (owned by `Deployment`). Where the worker shares a device with other workers
-(router/compute_device.py), the gate also waits for a free slot on that device.
+(router/compute_device.py), the gate also waits for a free slot on that device. Warm-ups that
+are ready and wait for the gate queue by a key (rank, arrival): when it opens, the smallest goes
+first (router/priority.py ranks them).
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ class PrefillGate:
         self._critical = 0
         self._warmups = 0
         self._waiters: list[asyncio.Future] = []
+        # Keys of the warm-ups ready to go that wait for the gate; the smallest enters first.
+        self._queued: set[tuple[int, int]] = set()
         # Set by ComputeDevice.attach when the worker shares a device with others.
         self.device: ComputeDevice | None = None
         self.url = ""
@@ -72,12 +76,27 @@ class PrefillGate:
             and (self.device is None or self.device.admits_warmup(self.url))
         )
 
-    def try_enter(self) -> bool:
-        """Take a warm-up slot if the gate is open; pair with `leave`."""
+    def try_enter(self, key: tuple[int, int] | None = None) -> bool:
+        """Take a warm-up slot if the gate is open and no queued warm-up goes before `key`
+        (None: whatever is queued); pair with `leave`."""
         if not self.is_open():
             return False
+        if key is not None and self._queued and min(self._queued) < key:
+            return False
+        self._queued.discard(key)
         self._warmups += 1
+        if self._queued:
+            self._changed()  # the next in the queue may fit too (more than one slot)
         return True
+
+    def queue(self, key: tuple[int, int]) -> None:
+        """A warm-up ready to go waits for the gate with `key`; `unqueue` when it no longer does."""
+        self._queued.add(key)
+
+    def unqueue(self, key: tuple[int, int]) -> None:
+        if key in self._queued:
+            self._queued.discard(key)
+            self._changed()  # the warm-ups behind it may go now
 
     def leave(self) -> None:
         self._warmups -= 1
