@@ -31,14 +31,12 @@ import numpy as np
 
 from benchmarks.bench_meta import BenchRun, provenance
 from benchmarks.bench_overlap import log
-from benchmarks.shell_routers import priority_config, start_routers
+from benchmarks.shell_routers import routers_over_one_deployment
 from experiments.datasets import load_questions
 from experiments.paired_stats import median_ci
 from experiments.prompts import build_question_prompt
 from experiments.router_client import RouterClient
 from experiments.run import flush_worker_caches
-from launch.commands import bring_up, make_stack
-from launch.procs import stop_group
 
 RUNGS = {  # name: (mode, cluster overrides)
     "#2": ("blocking", {"warmup_gate": True, "priority_scheduling": True}),
@@ -134,21 +132,11 @@ def main() -> None:
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    config = priority_config(args.config, out)
     questions = load_questions("gsm8k", args.offset + args.num_samples)[args.offset :]
     bench = BenchRun("benchmarks.bench_gate_ladder")
-    stack = make_stack([str(config)], "torch", out / "deploy", "127.0.0.1")
-    procs = []
-    try:
-        cluster = bring_up(stack)
-        overrides = {rung: RUNGS[rung][1] for rung in rungs}
-        urls, procs = start_routers(stack.cluster_path, config, out, overrides)
-        cfg_name = json.loads(config.read_text())["name"]
-        rows = asyncio.run(run(cluster, urls, cfg_name, questions, out))
-    finally:
-        for p in procs:
-            stop_group(p.pid)
-        stack.down()
+    overrides = {rung: RUNGS[rung][1] for rung in rungs}
+    with routers_over_one_deployment(args.config, out, overrides) as r:
+        rows = asyncio.run(run(r.cluster, r.urls, r.config_name, questions, out))
     meta = bench.meta(config=args.config)
     text = report(rows, meta)
     print(text)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import statistics
 import time
 import uuid
@@ -46,18 +47,17 @@ async def first_chunk(dep: Deployment, path: str, ids: list[int], i: int, t0: fl
         P.SAMPLING_PARAMS: {P.MAX_NEW_TOKENS: 16, P.TEMPERATURE: 0.0},
         P.RID: f"hold-{uuid.uuid4().hex}",
     }
-    target = dep.pick_prefill() if path == "dual" else None
     row: dict = {"request": i}
-    try:
-        call = dep.via_router(body) if target is None else dep.dual(body, target)
+    with contextlib.ExitStack() as stack:
+        if path == "dual":
+            call = dep.dual(body, stack.enter_context(dep.pinned()))
+        else:
+            call = dep.via_router(body)
         async for chunk in call.stream:
             if "received_s" not in row and chunk.get(P.OUTPUT_IDS):
                 row["received_s"] = time.time() - t0
                 sent = chunk.get(P.META_INFO, {}).get(P.RESPONSE_SENT_TO_CLIENT_TS)
                 row["sent_s"] = None if sent is None else sent - t0
-    finally:
-        if target is not None:
-            dep.unpin(target)
     return row
 
 

@@ -4,13 +4,43 @@ copy of a topology config whose torch workers schedule by SGLang priority."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
+from launch.commands import bring_up, make_stack
 from launch.ports import free_port
-from launch.procs import Proc, ProcSpec, start, wait_healthy
+from launch.procs import Proc, ProcSpec, start, stop_group, wait_healthy
 from router.config_loader import config_from_dict, resolve_config_path
+
+
+@dataclass(frozen=True)
+class Routers:
+    cluster: dict  # the deployment's cluster file
+    urls: dict[str, str]  # variant -> its shell router
+    config_name: str  # the served topology's name
+
+
+@contextlib.contextmanager
+def routers_over_one_deployment(
+    config: str, out: Path, variants: dict[str, dict]
+) -> Iterator[Routers]:
+    """`config`'s workers (scheduling by priority) up under OUT/deploy, one shell router per
+    variant over them; everything stopped on exit."""
+    path = priority_config(config, out)
+    stack = make_stack([str(path)], "torch", out / "deploy", "127.0.0.1")
+    procs: list[Proc] = []
+    try:
+        cluster = bring_up(stack)
+        urls, procs = start_routers(stack.cluster_path, path, out, variants)
+        yield Routers(cluster, urls, json.loads(path.read_text())["name"])
+    finally:
+        for p in procs:
+            stop_group(p.pid)
+        stack.down()
 
 
 def priority_config(config: str, out: Path) -> Path:

@@ -164,12 +164,9 @@ class ModelProber:
         ids = self.prompt(prefix)
         # Both on one prefill worker: with replicas, a second pick may land on another one,
         # whose cache never saw the prefix.
-        target = self.dep.pick_prefill()
-        try:
+        with self.dep.pinned() as target:
             await self._warm(ids, target)
             wall, meta = await self._warm(ids + self.prompt(new), target)
-        finally:
-            self.dep.unpin(target)
         cached = int(meta.get(P.CACHED_TOKENS) or 0)
         if cached < prefix // 2:
             raise ProfileError(
@@ -191,8 +188,7 @@ class ModelProber:
         }
         times = StreamTimes()
         seen = 0
-        target = self.dep.pick_prefill()
-        try:
+        with self.dep.pinned() as target:
             call = self.dep.dual(body, target)
             async for chunk in call.stream:
                 now = time.perf_counter()
@@ -204,8 +200,6 @@ class ModelProber:
                 if done > seen:
                     times.chunks.append((now, done))
                     seen = done
-        finally:
-            self.dep.unpin(target)
         if not times.chunks:
             raise ProfileError(f"model {self.dep.name}: a streamed request returned no token")
         return times

@@ -74,12 +74,9 @@ class AgentRunner:
             job.trace.final_request_s = job.clock.now()
             # We pick the pair now, by load and share, and send to both workers ourselves, as
             # for a successor (router/pd.py says why not through the native sglang-router).
-            target = self.dep.pick_prefill(job.arrival)
-            job.trace.prefill_replica = target.index
-            try:
+            with self.dep.pinned(job.arrival) as target:
+                job.trace.prefill_replica = target.index
                 await self._stream(self.dep.dual(body, target))
-            finally:
-                self.dep.unpin(target)
             return
         # The prefill worker is chosen when the first request for it goes out: the first
         # warm-up's, or without warm-ups the final request's (then by the load of that moment).

@@ -26,10 +26,11 @@ request's decode worker when it is sent.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import random
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
@@ -158,6 +159,15 @@ class Deployment:
             question,
             {"prefill": claim},
         )
+
+    @contextlib.contextmanager
+    def pinned(self, question: int | None = None) -> Iterator[PrefillTarget]:
+        """`pick_prefill` for the body of the block, `unpin` after it."""
+        target = self.pick_prefill(question)
+        try:
+            yield target
+        finally:
+            self.unpin(target)
 
     def unpin(self, target: PrefillTarget) -> None:
         """The successor (or request) is over: its pin, and whatever it still held open."""

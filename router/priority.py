@@ -24,7 +24,7 @@ from sglang_ext import protocol as P
 CLASS_SPAN = 1 << 40
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class RequestOrder:
     """`workflow`: rank by question (else FCFS). `question` numbers come from `next_question`."""
 
