@@ -5,6 +5,7 @@ runner's schema, so experiments/critical_path.py breaks it down the same way).""
 
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass
 
@@ -67,6 +68,7 @@ class Simulation:
         self.configs = {c.name: c for c in configs}
         self.profile, self.deployment, self.exit_rate = profile, deployment, exit_rate
         self.seed = seed
+        self.warm_order = itertools.count()  # the order successors' warm-ups start (gate queues)
         self.devices = {
             d: Device(self.env, d, s, 0.0 if "gpu" in d else deployment.co_run_slowdown)
             for d, s in deployment.devices.items()

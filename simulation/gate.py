@@ -2,7 +2,8 @@
 a warm-up enters a prefill worker only while no critical prefill is outstanding there, at most
 `max_warmups_in_flight` at a time, and (device scope) only if its worker then fits in the
 device's slots beside every busy worker (a worker with open decode streams, a critical hold or a
-warm-up in flight)."""
+warm-up in flight). Warm-ups ready to go queue at the gate by a key (the router's: its question's
+rank, then the order successors started); when it opens the smallest goes first."""
 
 from __future__ import annotations
 
@@ -45,16 +46,28 @@ class PrefillGate:
         self.worker, self.device, self.max_warmups = worker, device, max_warmups_in_flight
         self.critical = 0
         self.warmups = 0
+        self._queued: set[tuple[int, int]] = set()
         device.gates.append(self)
 
-    def try_enter(self) -> bool:
+    def try_enter(self, key: tuple[int, int]) -> bool:
         if self.critical or self.warmups >= self.max_warmups:
             return False
         if not self.device.admits(self.worker):
             return False
+        if self._queued and min(self._queued) < key:
+            return False
+        self._queued.discard(key)
         self.warmups += 1
         self.device.notify()
         return True
+
+    def queue(self, key: tuple[int, int]) -> None:
+        self._queued.add(key)
+
+    def unqueue(self, key: tuple[int, int]) -> None:
+        if key in self._queued:
+            self._queued.discard(key)
+            self.device.notify()
 
     def leave(self) -> None:
         self.warmups -= 1

@@ -54,6 +54,10 @@ class QuestionRun:
         # Per agent: `tokens` fires when a precursor of it streams, ends or is dropped (its
         # prompt may grow); `ends` only when one ends or is dropped; `any_end` at every end.
         self._tokens = {a: Signal(self.env) for a in work.agents}
+        # Streamed tokens a waiting successor sleeps through before `tokens` fires for it: each
+        # grows its prompt by one token at most, so waking earlier could not change its choice
+        # (a token streams every few ms: waking every reader for each is most of a run's time).
+        self._skip = dict.fromkeys(work.agents, 0)
         self._ends = {a: Signal(self.env) for a in work.agents}
         self._any_end = Signal(self.env)
         self._doomed = self._draw_exits()
@@ -61,7 +65,10 @@ class QuestionRun:
     # --- the answer cache's view ------------------------------------------------------------
     def _streamed(self, aid: str) -> None:
         for r in self.readers[aid]:
-            self._tokens[r].fire()
+            if self._skip[r] > 0:
+                self._skip[r] -= 1
+            else:
+                self._tokens[r].fire()
 
     def _ended_signal(self, aid: str) -> None:
         for r in self.readers[aid]:
@@ -194,9 +201,11 @@ class QuestionRun:
         complete."""
         policy = self.cfg.incremental_prefill
         warmed: Prompt | None = None
+        key = (0, next(self.sim.warm_order))  # FCFS: successors in the order they started
         while True:
             ready, complete = self.prompt(aid)
             if complete:
+                gate.unqueue(key)
                 return
             if warmed is None:
                 chunk = ready
@@ -209,10 +218,14 @@ class QuestionRun:
                 )
                 chunk = ready if new >= step and new > 0 else None
             if chunk is None:
+                gate.unqueue(key)  # nothing to send: let the others go first
+                self._skip[aid] = step - new - 1  # the next chunk is `step - new` tokens away
                 yield self._tokens[aid].wait()
                 continue
-            if not gate.try_enter():
-                yield self._tokens[aid].wait() | gate.device.changed.wait()
+            if not gate.try_enter(key):
+                gate.queue(key)
+                # Only the gate opening or the prompt completing changes what happens next.
+                yield self._ends[aid].wait() | gate.device.changed.wait()
                 continue
             self.sim.router.request()
             job = prefill.submit(chunk, critical=False)
