@@ -17,13 +17,8 @@ import functools
 from dataclasses import dataclass
 
 from planning.pack import PlanError
-from planning.pool_need import (
-    max_new_tokens,
-    max_weight_antichain,
-    pool_needs,
-    prompt_tokens,
-    unused_models,
-)
+from planning.pool_need import max_weight_antichain, pool_needs, unused_models
+from planning.prompt_length import max_new_tokens, prompt_tokens
 from profiling.profile_file import ModelProfile, Profile
 from router.config import TopologyConfig
 

@@ -24,7 +24,8 @@ from planning.pack import (
     choose_tp,
     place,
 )
-from planning.pool_need import DEFAULT_QUESTION_TOKENS, pool_needs, unused_models
+from planning.pool_need import pool_needs, unused_models
+from planning.prompt_length import DEFAULT_QUESTION_TOKENS
 from planning.tables import placement_tables
 from planning.types import GPU, POLICIES, Placement, Policy, WorkerDemand
 from router.config import ModelSpec, TopologyConfig

@@ -1,40 +1,15 @@
 """The KV pool (tokens) each model's prefill and decode workers need for a config's agents.
 
-An agent's prompt: its template's tokens + each precursor's max_new_tokens + an allowance for
-the question. Agents are in flight at once when neither waits for the other (an antichain of
-the agent graph); the need is the heaviest such set, × the questions in flight (concurrency).
+An agent's prompt: planning.prompt_length's estimate (its template's tokens, each precursor's
+max_new_tokens, an allowance for the question), the one the simulator uses too. Agents are in
+flight at once when neither waits for the other (an antichain of the agent graph); the need is
+the heaviest such set, × the questions in flight (concurrency).
 """
 
 from __future__ import annotations
 
-import math
-
-from router.config import QUESTION_FIELD, SLOT_PATTERN, TopologyConfig
-
-# A question's tokens, when the template has {question}: GSM8K and MATH500 questions are ~50-250
-# tokens; raise it (--question-tokens) for long-context datasets.
-DEFAULT_QUESTION_TOKENS = 256
-# SGLang's max_new_tokens when a request sets none.
-SGLANG_DEFAULT_MAX_NEW_TOKENS = 128
-# Template text is estimated, not tokenized (a model dir may hold no tokenizer, and an HF id
-# none at all): English BPE runs ~4 characters a token, so 3 over-estimates; a chat template's
-# role markers add a few tokens per message. Template text is a small part of a prompt next to
-# its precursors' outputs, so the estimate moves the pool by little.
-CHARS_PER_TOKEN = 3
-CHAT_MARKUP_TOKENS = 32
-
-
-def max_new_tokens(cfg: TopologyConfig, agent_id: str) -> int:
-    return cfg.sampling_of(agent_id).max_new_tokens or SGLANG_DEFAULT_MAX_NEW_TOKENS
-
-
-def prompt_tokens(cfg: TopologyConfig, agent_id: str, question_tokens: int) -> int:
-    """Upper estimate of the agent's prompt: template text, precursors' outputs, the question."""
-    t = cfg.template_of(agent_id)
-    text = SLOT_PATTERN.sub("", (t.system or "") + t.user).replace(QUESTION_FIELD, "")
-    n = math.ceil(len(text) / CHARS_PER_TOKEN) + CHAT_MARKUP_TOKENS
-    n += sum(max_new_tokens(cfg, p) for p in cfg.precursors(agent_id))
-    return n + (question_tokens if QUESTION_FIELD in t.user else 0)
+from planning.prompt_length import DEFAULT_QUESTION_TOKENS, max_new_tokens, prompt_tokens
+from router.config import TopologyConfig
 
 
 def max_weight_antichain(cfg: TopologyConfig, weight: dict[str, int]) -> int:

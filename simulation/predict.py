@@ -9,6 +9,7 @@ from pathlib import Path
 from experiments.results import ResultRow, read_results
 from experiments.settings import SETTINGS, Setting
 from planning.plan_file import DeploymentPlan, Prediction
+from planning.prompt_length import DEFAULT_QUESTION_TOKENS
 from profiling.profile_file import Profile
 from router.config import TopologyConfig
 from simulation.deployment import SimDeployment, default_deployment, from_plan
@@ -39,12 +40,16 @@ def trace_rows(trace: str | Path) -> list[ResultRow]:
 
 
 def workloads(
-    cfg: TopologyConfig, setting: Setting, questions: int, rows: list[ResultRow] | None
+    cfg: TopologyConfig,
+    setting: Setting,
+    questions: int,
+    rows: list[ResultRow] | None,
+    question_tokens: int = DEFAULT_QUESTION_TOKENS,
 ) -> list[QuestionWork]:
     """`questions` questions of `cfg`: the trace's rows of this config (this setting's first,
-    cycled as needed), else all alike from the config."""
+    cycled as needed), else all alike from the config (each question `question_tokens` long)."""
     if not rows:
-        return [from_config(cfg, f"q{i}") for i in range(questions)]
+        return [from_config(cfg, f"q{i}", question_tokens) for i in range(questions)]
     mine = [r for r in rows if r.config == cfg.name]
     same = [r for r in mine if r.setting == setting.number] or mine
     if not same:
@@ -72,10 +77,12 @@ def simulate_setting(
     rows: list[ResultRow] | None = None,
     rate_qps: float | None = None,
     exit_rate: float | None = None,
+    question_tokens: int = DEFAULT_QUESTION_TOKENS,
 ) -> Outcome:
     s = SETTINGS[setting]
     cfg = config_for_setting(configs, s)
-    work = [(q, s.number, s.mode, s.early_exit) for q in workloads(cfg, s, questions, rows)]
+    asked = workloads(cfg, s, questions, rows, question_tokens)
+    work = [(q, s.number, s.mode, s.early_exit) for q in asked]
     sim = Simulation(configs, profile, deployment, exit_rate=exit_rate)
     return sim.run(work, concurrency=concurrency, rate_qps=rate_qps)
 
@@ -96,6 +103,7 @@ def predict_plan(
     setting: int = 3,
     questions: int | None = None,
     trace: str | Path | None = None,
+    question_tokens: int = DEFAULT_QUESTION_TOKENS,
 ) -> Prediction:
     """Predicted latency and throughput of `setting` on `plan` at `concurrency` (closed loop).
     None plan: the configs' default deployment (CPU profile: every worker on the machine's
@@ -115,6 +123,7 @@ def predict_plan(
         concurrency,
         questions,
         rows,
+        question_tokens=question_tokens,
     )
     return Prediction(
         concurrency=concurrency,

@@ -1,20 +1,17 @@
 """What one question asks of the deployment: per agent its model, precursors, the token counts of
 its prompt's static pieces (head, between the slots, tail) and of its output, and whether early
 exit killed it. From a recorded run (results.jsonl: the agents' output and prompt tokens), or,
-without one, from the config (each agent writes its max_new_tokens; the static text is counted
-at ~4 characters a token)."""
+without one, from the config (each agent writes its max_new_tokens; the static pieces as
+planning.prompt_length estimates them, the planner's estimate too)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
 from experiments.results import ResultRow
-from router.config import QUESTION_FIELD, SLOT_PATTERN, TopologyConfig
+from planning.prompt_length import DEFAULT_QUESTION_TOKENS, max_new_tokens, static_pieces
+from router.config import SLOT_PATTERN, TopologyConfig
 from router.topology import layers
-
-CHARS_PER_TOKEN = 4
-CHAT_TEMPLATE_TOKENS = 12  # role markers around the system and user turns
-DEFAULT_QUESTION_TOKENS = 64  # a GSM8K question
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,18 +34,8 @@ class QuestionWork:
     agents: dict[str, AgentWork]
 
 
-def _piece_chars(cfg: TopologyConfig, agent: str, question_chars: int) -> list[int]:
-    tpl = cfg.template_of(agent)
-    parts = SLOT_PATTERN.split(tpl.user)[::2]  # the text around the slots
-    chars = [
-        len(p.replace(QUESTION_FIELD, "")) + p.count(QUESTION_FIELD) * question_chars for p in parts
-    ]
-    chars[0] += len(tpl.system or "")
-    return chars
-
-
-def _split(total: int, weights: list[int]) -> tuple[int, ...]:
-    """`total` tokens over the pieces in proportion to their characters (at least 1 each)."""
+def _split(total: int, weights: tuple[int, ...]) -> tuple[int, ...]:
+    """`total` tokens over the pieces in proportion to `weights` (at least 1 each)."""
     s = max(1, sum(weights))
     out = [max(1, round(total * w / s)) for w in weights]
     out[0] += total - sum(out)
@@ -61,15 +48,13 @@ def from_config(
     depth = layers(cfg)
     agents = {}
     for a in cfg.agents:
-        chars = _piece_chars(cfg, a.id, question_tokens * CHARS_PER_TOKEN)
-        static = CHAT_TEMPLATE_TOKENS + sum(chars) // CHARS_PER_TOKEN
         agents[a.id] = AgentWork(
             a.id,
             a.model,
             depth[a.id],
             tuple(cfg.precursors(a.id)),
-            _split(static, chars),
-            cfg.sampling_of(a.id).max_new_tokens or 256,
+            static_pieces(cfg, a.id, question_tokens),
+            max_new_tokens(cfg, a.id),
             _piece_keys(cfg, a.id),
         )
     return QuestionWork(qid, cfg.name, cfg.final, agents)
@@ -95,13 +80,12 @@ def from_trace(cfg: TopologyConfig, row: ResultRow) -> QuestionWork:
         if t.prompt_tokens:
             pre = sum(len(row.agents[p].output_ids) for p in work.precursors if p in row.agents)
             static = max(len(work.pieces), t.prompt_tokens - pre)
-        chars = _piece_chars(cfg, aid, DEFAULT_QUESTION_TOKENS * CHARS_PER_TOKEN)
         agents[aid] = AgentWork(
             aid,
             work.model,
             work.layer,
             work.precursors,
-            _split(static, chars),
+            _split(static, work.pieces),
             out,
             work.piece_keys,
             killed=t.killed,

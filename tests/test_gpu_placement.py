@@ -15,7 +15,8 @@ from launch.procs import LaunchError
 from planning.gpus import assumed_gpus, parse_nvidia_smi, select_gpus
 from planning.model_memory import model_memory
 from planning.pack import HEADROOM_MIB, PlanError, place
-from planning.pool_need import max_new_tokens, max_weight_antichain, pool_needs, prompt_tokens
+from planning.pool_need import max_weight_antichain, pool_needs
+from planning.prompt_length import max_new_tokens, prompt_tokens
 from planning.types import MIB, WorkerDemand
 from router.config_loader import load_config
 

@@ -65,9 +65,15 @@ def tree(min_chunk: int = 4096) -> TopologyConfig:
     )
 
 
+# The hand-computed tests' question: short enough that the first warm-up (the aggregator's head)
+# ends before the leaves do.
+QUESTION_TOKENS = 64
+
+
 def run_one(cfg: TopologyConfig, mode: str):
     sim = Simulation([cfg], profile(), default_deployment([cfg], profile()))
-    out = sim.run([(from_config(cfg), 2 if mode != "pipelined" else 3, mode, False)])
+    q = from_config(cfg, question_tokens=QUESTION_TOKENS)
+    out = sim.run([(q, 2 if mode != "pipelined" else 3, mode, False)])
     return out.rows[0]
 
 
@@ -75,7 +81,7 @@ def blocking_by_hand(cfg: TopologyConfig, n: int = 1) -> tuple[float, float, flo
     """a's end, b's end and the e2e of `n` copies of tree()'s question started together,
     blocking, on the default deployment of the GPU profile (no shell-router cost): every
     forward holds all n copies."""
-    w = from_config(cfg).agents
+    w = from_config(cfg, question_tokens=QUESTION_TOKENS).agents
     step = lambda batch: DA + DB * batch
     # All leaves' prompts in one prefill forward, then the PD hop: their first tokens.
     t1 = A + B * n * (sum(w["a"].pieces) + sum(w["b"].pieces)) + PD
@@ -88,7 +94,7 @@ def blocking_by_hand(cfg: TopologyConfig, n: int = 1) -> tuple[float, float, flo
 
 def test_blocking_and_pipelined_match_hand_computed_times():
     cfg = tree()
-    w = from_config(cfg).agents
+    w = from_config(cfg, question_tokens=QUESTION_TOKENS).agents
     end_a, end_b, blocking_e2e = blocking_by_hand(cfg)
 
     row = run_one(cfg, "blocking")
@@ -166,14 +172,18 @@ def test_predict_plan_default_deployment_and_errors():
     cfg = tree()
     # Setting 2 (tree, blocking), one question at a time: each runs alone, as by hand.
     e2e = blocking_by_hand(cfg)[2]
-    alone = predict_plan(None, [cfg], profile(), concurrency=1, setting=2, questions=4)
+    alone = predict_plan(
+        None, [cfg], profile(), 1, setting=2, questions=4, question_tokens=QUESTION_TOKENS
+    )
     assert alone.latency_median_s == pytest.approx(e2e)
     assert alone.latency_p90_s == pytest.approx(e2e)
     assert alone.throughput_qps == pytest.approx(1 / e2e)
     # Two at a time: the two identical questions share every forward, in two waves; each takes
     # longer (bigger batches), but more are answered per second (a step costs DA + DB·batch).
     pair_e2e = blocking_by_hand(cfg, n=2)[2]
-    pred = predict_plan(None, [cfg], profile(), concurrency=2, setting=2, questions=4)
+    pred = predict_plan(
+        None, [cfg], profile(), 2, setting=2, questions=4, question_tokens=QUESTION_TOKENS
+    )
     assert pred.concurrency == 2
     assert pred.latency_median_s == pytest.approx(pair_e2e)
     assert pred.latency_p90_s == pytest.approx(pair_e2e)
