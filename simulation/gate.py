@@ -3,7 +3,8 @@ a warm-up enters a prefill worker only while no critical prefill is outstanding 
 `max_warmups_in_flight` at a time, and (device scope) only if its worker then fits in the
 device's slots beside every busy worker (a worker with open decode streams, a critical hold or a
 warm-up in flight). Warm-ups ready to go queue at the gate by a key (the router's: its question's
-rank, then the order successors started); when it opens the smallest goes first."""
+rank, then the order successors started); when it opens the smallest goes first, and only that
+one is woken (the others would only find it taken)."""
 
 from __future__ import annotations
 
@@ -19,7 +20,6 @@ class DeviceGate:
         self.env, self.slots, self.scope = env, slots, scope
         self.streams: dict[str, int] = {}  # decode worker -> open decode streams
         self.gates: list[PrefillGate] = []
-        self.changed = Signal(env)
 
     def busy(self) -> set[str]:
         out = {w for w, n in self.streams.items() if n > 0}
@@ -38,7 +38,8 @@ class DeviceGate:
         self.notify()
 
     def notify(self) -> None:
-        self.changed.fire()
+        for g in self.gates:
+            g.call_next()
 
 
 class PrefillGate:
@@ -46,28 +47,37 @@ class PrefillGate:
         self.worker, self.device, self.max_warmups = worker, device, max_warmups_in_flight
         self.critical = 0
         self.warmups = 0
-        self._queued: set[tuple[int, int]] = set()
+        self._queued: dict[tuple[int, int], Signal] = {}  # key -> its turn
         device.gates.append(self)
 
+    def is_open(self) -> bool:
+        return (
+            not self.critical
+            and self.warmups < self.max_warmups
+            and self.device.admits(self.worker)
+        )
+
     def try_enter(self, key: tuple[int, int]) -> bool:
-        if self.critical or self.warmups >= self.max_warmups:
+        if not self.is_open() or (self._queued and min(self._queued) < key):
             return False
-        if not self.device.admits(self.worker):
-            return False
-        if self._queued and min(self._queued) < key:
-            return False
-        self._queued.discard(key)
+        self._queued.pop(key, None)
         self.warmups += 1
         self.device.notify()
         return True
 
-    def queue(self, key: tuple[int, int]) -> None:
-        self._queued.add(key)
+    def queue(self, key: tuple[int, int]) -> simpy.Event:
+        """Wait in the queue with `key`: the event fires when it may be this one's turn."""
+        turn = self._queued.setdefault(key, Signal(self.device.env))
+        return turn.wait()
 
     def unqueue(self, key: tuple[int, int]) -> None:
-        if key in self._queued:
-            self._queued.discard(key)
+        if self._queued.pop(key, None) is not None:
             self.device.notify()
+
+    def call_next(self) -> None:
+        """Wake the first of the queue if it could enter now."""
+        if self._queued and self.is_open():
+            self._queued[min(self._queued)].fire()
 
     def leave(self) -> None:
         self.warmups -= 1

@@ -14,6 +14,7 @@ token. Early exit: agents the trace marks killed (or that an exit rate draws) ar
 
 from __future__ import annotations
 
+import functools
 import random
 from dataclasses import dataclass, field
 
@@ -61,6 +62,7 @@ class QuestionRun:
         self._ends = {a: Signal(self.env) for a in work.agents}
         self._any_end = Signal(self.env)
         self._doomed = self._draw_exits()
+        self._router_per_token = sim.router.costs.seconds_per_token > 0
 
     # --- the answer cache's view ------------------------------------------------------------
     def _streamed(self, aid: str) -> None:
@@ -175,7 +177,7 @@ class QuestionRun:
             self._streamed(aid)
             st.decoder = decoder
             st.seq = decoder.start(
-                length(prompt) + 1, w.output_tokens - 1, lambda: self._token(aid)
+                length(prompt) + 1, w.output_tokens - 1, functools.partial(self._token, aid)
             )
             yield st.seq.done
         decoder.slots.release(slot)
@@ -184,8 +186,10 @@ class QuestionRun:
         return self._end(aid)
 
     def _token(self, aid: str) -> None:
+        # Once per token of every agent (most of a simulation's time): nothing it need not do.
         self.state[aid].tokens += 1
-        self.sim.router.token()
+        if self._router_per_token:
+            self.sim.router.token()
         self._streamed(aid)
 
     def _end(self, aid: str) -> None:
@@ -223,9 +227,8 @@ class QuestionRun:
                 yield self._tokens[aid].wait()
                 continue
             if not gate.try_enter(key):
-                gate.queue(key)
-                # Only the gate opening or the prompt completing changes what happens next.
-                yield self._ends[aid].wait() | gate.device.changed.wait()
+                # Only its turn at the gate or the prompt completing changes what happens next.
+                yield self._ends[aid].wait() | gate.queue(key)
                 continue
             self.sim.router.request()
             job = prefill.submit(chunk, critical=False)
