@@ -113,6 +113,7 @@ class Simulation:
                         costs,
                         self.devices[w.device],
                         deployment.decode_slots.get(w.model, 1 << 20),
+                        self.router.tokens if self.router.costs.seconds_per_token > 0 else None,
                     )
                 )
                 rep.decode_share.append(w.share)

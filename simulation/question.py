@@ -14,7 +14,6 @@ token. Early exit: agents the trace marks killed (or that an exit rate draws) ar
 
 from __future__ import annotations
 
-import functools
 import random
 from dataclasses import dataclass, field
 
@@ -28,7 +27,7 @@ from simulation.workload import QuestionWork
 
 @dataclass
 class AgentState:
-    tokens: int = 0
+    tokens: int = 0  # its output's tokens: 1 once its first token came, all once it ended
     ended: bool = False
     killed: bool = False
     started: bool = False  # its final request went out
@@ -54,23 +53,38 @@ class QuestionRun:
                 self.readers[p].append(a)
         # Per agent: `tokens` fires when a precursor of it streams, ends or is dropped (its
         # prompt may grow); `ends` only when one ends or is dropped; `any_end` at every end.
+        # A waiting successor is woken by its precursor's tokens only once enough came to matter
+        # (`_wake_after`), not for each (a token streams every few ms).
         self._tokens = {a: Signal(self.env) for a in work.agents}
-        # Streamed tokens a waiting successor sleeps through before `tokens` fires for it: each
-        # grows its prompt by one token at most, so waking earlier could not change its choice
-        # (a token streams every few ms: waking every reader for each is most of a run's time).
-        self._skip = dict.fromkeys(work.agents, 0)
         self._ends = {a: Signal(self.env) for a in work.agents}
         self._any_end = Signal(self.env)
         self._doomed = self._draw_exits()
-        self._router_per_token = sim.router.costs.seconds_per_token > 0
 
     # --- the answer cache's view ------------------------------------------------------------
     def _streamed(self, aid: str) -> None:
         for r in self.readers[aid]:
-            if self._skip[r] > 0:
-                self._skip[r] -= 1
-            else:
-                self._tokens[r].fire()
+            self._tokens[r].fire()
+
+    def _output_tokens(self, aid: str) -> int:
+        """The tokens `aid` has streamed so far."""
+        st = self.state[aid]
+        if st.seq is not None and not st.ended:
+            return 1 + st.decoder.decoded(st.seq)
+        return st.tokens
+
+    def _wake_after(self, aid: str, tokens: int) -> None:
+        """Fire `aid`'s tokens signal once its prompt may have grown by `tokens`: only the first
+        precursor still running grows it (the others' outputs come after it), by a token a
+        step; an end, a drop or that precursor's first token fire it anyway."""
+        w = self.work.agents[aid]
+        for p in w.precursors:
+            st = self.state[p]
+            if p in self.dropped[aid] or st.ended:
+                continue
+            if st.seq is not None:
+                count = st.decoder.decoded(st.seq) + tokens
+                st.decoder.when_decoded(st.seq, count, self._tokens[aid].fire)
+            return
 
     def _ended_signal(self, aid: str) -> None:
         for r in self.readers[aid]:
@@ -87,7 +101,7 @@ class QuestionRun:
         segs = [(f"{q}|{w.piece_keys[0]}", w.pieces[0])]
         for pos, p in enumerate(kept):
             st = self.state[p]
-            segs.append((f"{q}|out|{p}", st.tokens))
+            segs.append((f"{q}|out|{p}", self._output_tokens(p)))
             if not st.ended:
                 return tuple(segs), False
             i = pos + 1 if pos < len(kept) - 1 else len(w.pieces) - 1
@@ -176,21 +190,13 @@ class QuestionRun:
             st.tokens = 1
             self._streamed(aid)
             st.decoder = decoder
-            st.seq = decoder.start(
-                length(prompt) + 1, w.output_tokens - 1, functools.partial(self._token, aid)
-            )
+            st.seq = decoder.start(length(prompt) + 1, w.output_tokens - 1)
             yield st.seq.done
+            st.tokens = 1 + decoder.decoded(st.seq)
         decoder.slots.release(slot)
         on_decode.release()
         dgate.decode_ended(decoder.name)
         return self._end(aid)
-
-    def _token(self, aid: str) -> None:
-        # Once per token of every agent (most of a simulation's time): nothing it need not do.
-        self.state[aid].tokens += 1
-        if self._router_per_token:
-            self.sim.router.token()
-        self._streamed(aid)
 
     def _end(self, aid: str) -> None:
         st = self.state[aid]
@@ -223,7 +229,7 @@ class QuestionRun:
                 chunk = ready if new >= step and new > 0 else None
             if chunk is None:
                 gate.unqueue(key)  # nothing to send: let the others go first
-                self._skip[aid] = step - new - 1  # the next chunk is `step - new` tokens away
+                self._wake_after(aid, step - new)  # the next chunk is `step - new` tokens away
                 yield self._tokens[aid].wait()
                 continue
             if not gate.try_enter(key):

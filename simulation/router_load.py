@@ -32,8 +32,8 @@ class RouterLoad:
         self._work = env.event()
         env.process(self._loop())
 
-    def token(self) -> None:
-        self._add(self.costs.seconds_per_token)
+    def tokens(self, n: int) -> None:
+        self._add(n * self.costs.seconds_per_token)
 
     def request(self) -> None:
         self._add(self.costs.seconds_per_request)

@@ -7,6 +7,8 @@ the profile's time at the current batch and mean context). Both compute on a sha
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -107,14 +109,22 @@ class PrefillWorker:
 
 @dataclass(eq=False)
 class Sequence:
-    context: int  # tokens of context now
-    remaining: int  # tokens still to decode
-    on_token: Callable[[], None]
+    context: int  # tokens of context when it joins the batch (its prompt and first token)
+    tokens: int  # tokens to decode
     done: simpy.Event
+    first_step: int | None = None  # the worker's step count when it joined the batch
     cancelled: bool = False
+    decoded_at_cancel: int = 0
+    # (decoded, callback) asked for before it joined (when_decoded).
+    watchers: list[tuple[int, Callable[[], None]]] = field(default_factory=list)
 
 
 class DecodeWorker:
+    """Continuous batching, counted by steps: a running sequence gains one token per step, so
+    what it decoded is the steps since it joined. Nothing is done per token (a simulation decodes
+    about a million); whoever needs a sequence's progress reads `decoded` or asks to be called
+    back at a count (`when_decoded`), and `on_tokens(n)` hears each step's tokens."""
+
     def __init__(
         self,
         env: simpy.Environment,
@@ -122,56 +132,100 @@ class DecodeWorker:
         profile: ModelProfile,
         device: Device,
         max_running_requests: int = 1 << 20,
+        on_tokens: Callable[[int], None] | None = None,
     ) -> None:
         self.env, self.name, self.profile, self.device = env, name, profile, device
         # Requests admitted (running or receiving KV), in arrival order; a request takes one
         # before its prefill starts and holds it until it ends.
         self.slots = simpy.Resource(env, capacity=max_running_requests)
-        self.running: list[Sequence] = []
+        self.on_tokens = on_tokens
+        self.running: dict[Sequence, None] = {}  # in the batch (a set in joining order)
+        self._joining: list[Sequence] = []  # started: join at the next step
+        self._context = 0  # the running sequences' tokens of context, all together
+        self._order = itertools.count()  # ties in the heaps: first come first
+        self._finish: list[tuple[int, int, Sequence]] = []  # (its last step, order, sequence)
+        self._watch: list[tuple[int, int, Sequence, Callable[[], None]]] = []
         self._arrived = env.event()
         self.steps = 0
         env.process(self._loop())
 
-    def start(self, context: int, tokens: int, on_token: Callable[[], None]) -> Sequence:
-        """Decode `tokens` tokens after `context` tokens; `on_token` runs after each step."""
-        seq = Sequence(context, tokens, on_token, self.env.event())
+    def start(self, context: int, tokens: int) -> Sequence:
+        """Decode `tokens` tokens after `context` tokens, from the next step on."""
+        seq = Sequence(context, tokens, self.env.event())
         if tokens <= 0:
             seq.done.succeed()
             return seq
-        self.running.append(seq)
+        self._joining.append(seq)
         if not self._arrived.triggered:
             self._arrived.succeed()
         return seq
 
-    def step_seconds(self) -> float:
-        batch = len(self.running)
-        mean = sum(s.context for s in self.running) / batch
-        return self.profile.decode_step_seconds(batch, mean)
+    def decoded(self, seq: Sequence) -> int:
+        """Tokens `seq` has decoded so far."""
+        if seq.cancelled:
+            return seq.decoded_at_cancel
+        if seq.first_step is None:
+            return 0
+        return min(seq.tokens, self.steps - seq.first_step)
+
+    def when_decoded(self, seq: Sequence, count: int, callback: Callable[[], None]) -> None:
+        """Call `callback` after the step at which `seq` has decoded `count` tokens (never if it
+        ends or is cancelled before)."""
+        if seq.cancelled or count > seq.tokens:
+            return
+        if seq.first_step is None:
+            seq.watchers.append((count, callback))
+        else:
+            heapq.heappush(self._watch, (seq.first_step + count, next(self._order), seq, callback))
+
+    def cancel(self, seq: Sequence) -> None:
+        if seq.cancelled or seq.done.triggered:
+            return
+        seq.decoded_at_cancel = self.decoded(seq)
+        seq.cancelled = True
+        if seq in self.running:
+            del self.running[seq]
+            self._context -= seq.context + seq.decoded_at_cancel
+        else:
+            self._joining.remove(seq)
+        seq.done.succeed()
+
+    def _join(self) -> None:
+        for seq in self._joining:
+            seq.first_step = self.steps
+            self.running[seq] = None
+            self._context += seq.context
+            heapq.heappush(self._finish, (self.steps + seq.tokens, next(self._order), seq))
+            for count, callback in seq.watchers:
+                heapq.heappush(self._watch, (self.steps + count, next(self._order), seq, callback))
+            seq.watchers.clear()
+        self._joining.clear()
 
     def _loop(self):
         while True:
-            self.running = [s for s in self.running if not s.cancelled]
+            self._join()
             if not self.running:
                 self._arrived = self.env.event()
                 yield self._arrived
                 continue
-            batch = list(self.running)
-            yield self.env.process(self.device.compute(self.name, self.step_seconds()))
+            batch = len(self.running)
+            seconds = self.profile.decode_step_seconds(batch, self._context / batch)
+            yield self.env.process(self.device.compute(self.name, seconds))
             self.steps += 1
-            for s in batch:
-                if s.cancelled:
-                    continue
-                s.context += 1
-                s.remaining -= 1
-                s.on_token()
-                if s.remaining <= 0:
-                    self.running.remove(s)
-                    s.done.succeed()
-
-    def cancel(self, seq: Sequence) -> None:
-        if not seq.cancelled and not seq.done.triggered:
-            seq.cancelled = True
-            seq.done.succeed()
+            n = len(self.running)  # those cancelled during the step decoded nothing in it
+            self._context += n
+            if self.on_tokens is not None and n:
+                self.on_tokens(n)
+            while self._watch and self._watch[0][0] <= self.steps:
+                _, _, seq, callback = heapq.heappop(self._watch)
+                if not seq.cancelled:
+                    callback()
+            while self._finish and self._finish[0][0] <= self.steps:
+                _, _, seq = heapq.heappop(self._finish)
+                if not seq.cancelled:
+                    del self.running[seq]
+                    self._context -= seq.context + seq.tokens
+                    seq.done.succeed()
 
 
 @dataclass

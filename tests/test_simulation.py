@@ -120,10 +120,36 @@ def test_blocking_and_pipelined_match_hand_computed_times():
 def test_continuous_batching_makes_decode_sublinear():
     env = simpy.Environment()
     dec = DecodeWorker(env, "m.decode0", model_profile(), Device(env, "gpu0", 1))
-    seqs = [dec.start(100, 10, lambda: None) for _ in range(4)]
+    seqs = [dec.start(100, 10) for _ in range(4)]
     env.run(until=simpy.AllOf(env, [s.done for s in seqs]))
     assert env.now == pytest.approx(10 * (DA + DB * 4))
     assert env.now < 4 * 10 * (DA + DB * 1) / 2  # far below four sequences one after another
+
+
+def test_decode_counts_tokens_by_steps_calls_back_at_a_count_and_cancels():
+    env = simpy.Environment()
+    dec = DecodeWorker(env, "m.decode0", model_profile(), Device(env, "gpu0", 1))
+    one, two = DA + DB, DA + 2 * DB  # a step of one sequence, of two
+    a = dec.start(100, 10)
+    seen = []
+    dec.when_decoded(a, 3, lambda: seen.append((dec.decoded(a), env.now)))  # before it joined
+    dec.when_decoded(a, 11, lambda: seen.append("never: a decodes 10"))
+    env.run(until=a.done)
+    assert seen == [(3, pytest.approx(3 * one))] and dec.decoded(a) == 10
+    assert env.now == pytest.approx(10 * one)
+
+    start = env.now
+    b, c = dec.start(100, 10), dec.start(100, 10)
+    dec.when_decoded(c, 5, lambda: seen.append("never: c is cut at 2"))
+
+    def cut():
+        yield env.timeout(2.5 * two)  # in the third step: it still costs a step of two
+        dec.cancel(c)
+
+    env.process(cut())
+    env.run(until=b.done)
+    assert dec.decoded(c) == 2 and c.done.triggered and len(seen) == 1
+    assert env.now - start == pytest.approx(3 * two + 7 * one)
 
 
 @pytest.mark.parametrize("cores, expected", [(1, 2.0), (2, 1.0)])
