@@ -1,8 +1,12 @@
-"""The plans an ILP plan is compared with: `naive` (one replica per role, workers dealt
-round-robin over the devices) and `greedy` (today's deployment: the configs' replicas packed
-first-fit decreasing by planning.pack on GPUs, or pinned by planning.pack.plan_cpus on CPU)."""
+"""The plans a plan is compared with: `naive` (one replica per role, workers dealt round-robin
+over the devices), `greedy` (today's deployment: the configs' replicas packed first-fit
+decreasing by planning.pack on GPUs, or pinned by planning.pack.plan_cpus on CPU) and `paper`
+(the paper's launcher: one replica per role, each worker on GPUs of its own, as many as that
+takes, whatever the cluster has)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 from planning.cost_model import Replica, RoleWork
 from planning.devices import Cluster
@@ -14,7 +18,7 @@ from router.config import ModelSpec
 ROLE_ORDER = ("prefill", "decode")
 
 
-def _check_memory(
+def check_memory(
     name: str, placed: list[PlacedReplica], work: dict, cluster: Cluster, headroom_mib: int
 ) -> None:
     used: dict = {}
@@ -53,8 +57,34 @@ def naive(
             group = tuple(devices[node_start + (cursor - node_start + i) % per] for i in range(tp))
             placed.append(PlacedReplica(Replica(m, role, group, 1.0), w.pool_need))
             cursor = (cursor + tp) % len(devices)
-    _check_memory("naive", placed, work, cluster, headroom_mib)
+    check_memory("naive", placed, work, cluster, headroom_mib)
     return placed
+
+
+def paper(
+    work: dict[tuple[str, str], RoleWork],
+    cluster: Cluster,
+    headroom_mib: int,
+    tp_sizes: dict[str, int] | None = None,
+) -> tuple[list[PlacedReplica], Cluster]:
+    """Every worker alone on its GPU(s), one replica per role: the placement and the one node of
+    as many GPUs (of the cluster's kind) as it takes."""
+    if cluster.kind != "gpu":
+        raise PlanError("the paper's layout gives each worker its own GPU: a GPU plan only")
+    tps = [
+        model_tps(w, cluster, "fixed", headroom_mib, (tp_sizes or {}).get(m, 0))[-1]
+        for (m, _), w in work.items()
+    ]
+    # Aligned TP blocks, largest first, leave no gaps: as many GPUs as the workers' ranks.
+    own = dataclasses.replace(cluster, nodes=[cluster.nodes[0]], per_node=sum(tps))
+    order = sorted(zip(work, tps, strict=True), key=lambda kt: -kt[1])
+    placed, cursor = [], 0
+    for (m, role), tp in order:
+        group = tuple((own.nodes[0], cursor + i) for i in range(tp))
+        placed.append(PlacedReplica(Replica(m, role, group, 1.0), work[(m, role)].pool_need))
+        cursor += tp
+    check_memory("paper", placed, work, own, headroom_mib)
+    return placed, own
 
 
 def greedy(
@@ -88,7 +118,7 @@ def greedy(
             )
             for d, c in zip(demands, cores, strict=True)
         ]
-        _check_memory("greedy", placed, work, cluster, headroom_mib)
+        check_memory("greedy", placed, work, cluster, headroom_mib)
         return placed
     gpus = [
         GPU(k, cluster.name, cluster.memory_mib, cluster.memory_mib) for k in range(len(devices))

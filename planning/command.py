@@ -1,8 +1,9 @@
 """`moa-pd plan`: its flags and its two modes. Without --profile, memory placement
 (planning.placement): the configs' workers packed onto the GPUs here (--gpus) or assumed
-(--gpu-memory), printed. With --profile profile.json, the placement and replication MILP
-(planning.ilp) for the devices named (--gpus N[xMEM] | --cpus N[xMEM], --nodes K): the plan
-printed beside the naive and greedy baselines, and written to plan.json (--out).
+(--gpu-memory), printed. With --profile profile.json, a plan for the devices named (--gpus
+N[xMEM] | --cpus N[xMEM], --nodes K): the MILP's proposal refined by a local search the simulator
+scores (planning.ilp_plan), printed beside the baselines and the bounds (or as JSON, --json), and
+written to plan.json (--out).
 
 Importing this module (the CLI does, for `moa-pd --help`) stays light: the MILP, the profile and
 the simulator are imported by the command that uses them."""
@@ -18,7 +19,7 @@ from rich.markup import escape
 
 from planning.pack import PlanError
 from planning.placement import PlacementOptions, add_placement_args, placement_for, print_placement
-from planning.types import MODES
+from planning.types import MODES, SEARCH_SECONDS
 
 if TYPE_CHECKING:
     from planning.devices import Cluster
@@ -47,6 +48,18 @@ def add_plan_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--hosts", help="with --profile: the nodes' addresses, comma-separated")
     p.add_argument("--out", help="with --profile: write the plan here (plan.json)")
+    p.add_argument(
+        "--search-seconds",
+        type=float,
+        default=SEARCH_SECONDS,
+        help="with --profile: the local search's budget after the MILP (default %(default)s; 0: "
+        "the best of the MILP's proposal and the baselines)",
+    )
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help="with --profile: print the plans, the bounds and the solve time as JSON, for sweeps",
+    )
 
 
 def _cluster(args: argparse.Namespace, profile: Profile) -> Cluster:
@@ -75,8 +88,10 @@ def _cluster(args: argparse.Namespace, profile: Profile) -> Cluster:
     return cluster("gpu", spec, args.nodes, default, dev.name)
 
 
-def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int:
-    """`moa-pd plan --profile`: the MILP's plan and its baselines, printed (and written)."""
+def run_plan(args: argparse.Namespace, evaluate: Evaluator) -> int:
+    """`moa-pd plan --profile`: the plan and what it is judged against, printed (and written)."""
+    import json
+
     from planning.ilp_plan import PlanRequest, plan_with_ilp
     from planning.tables import comparison_table, worker_table
     from profiling.profile_file import Profile
@@ -87,6 +102,9 @@ def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int
         profile = Profile.load(args.profile)
     except (OSError, ValueError) as e:
         err.print(f"[red]error:[/red] --profile {escape(args.profile)}: {escape(str(e))}")
+        return 2
+    if args.search_seconds < 0:
+        err.print(f"[red]error:[/red] --search-seconds must be >= 0, got {args.search_seconds}")
         return 2
     configs = [load_config(c) for c in args.config]
     try:
@@ -102,17 +120,21 @@ def run_plan(args: argparse.Namespace, evaluate: Evaluator | None = None) -> int
             args.question_tokens,
             CPU_HEADROOM_MIB if clus.kind == "cpu" else args.gpu_headroom_mib,
             tuple(h.strip() for h in args.hosts.split(",")) if args.hosts else (),
+            args.search_seconds,
         )
-        scored = plan_with_ilp(req, evaluate)
+        report = plan_with_ilp(req, evaluate)
     except PlanError as e:  # escaped: messages hold "N[xMEM]", which rich reads as markup
         err.print(f"[red]error:[/red] {escape(str(e))}")
         return 2
-    console = Console(width=max(Console().width, 132), soft_wrap=True)
-    plan = scored[0].plan
-    console.print(worker_table(plan))
-    console.print(comparison_table(scored))
     if args.out:
-        plan.dump(args.out)
+        report.plan.dump(args.out)
+    if args.json:
+        print(json.dumps(report.to_json(), indent=2))
+        return 0
+    console = Console(width=max(Console().width, 132), soft_wrap=True)
+    console.print(worker_table(report.plan))
+    console.print(comparison_table(report))
+    if args.out:
         console.print(f"plan written to {Path(args.out)}")
     return 0
 

@@ -57,8 +57,11 @@ class DeploymentPlan(_Strict):
     nodes: list[PlannedNode] = Field(min_length=1)
     workers: list[PlannedWorker] = Field(min_length=2)
     predicted: Prediction
-    baselines: dict[str, Prediction] = {}  # "naive", "greedy": the same workload, other plans
-    solver: dict[str, str | float | int] = {}  # name, status, seconds, objective
+    # The same workload on other plans: "ilp" (the MILP's proposal), "naive", "greedy", "paper",
+    # "naive_layer_barrier" (planning.ilp_plan).
+    baselines: dict[str, Prediction] = {}
+    bounds: dict[str, float] = {}  # "little_qps", "capacity_qps": upper bounds on throughput
+    solver: dict[str, str | float | int] = {}  # name, status, seconds, the search's record
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 

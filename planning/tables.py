@@ -1,6 +1,6 @@
 """What `moa-pd plan` prints, as rich tables. Memory placement (planning.placement): worker ->
 GPU(s), weights, pool, start turn, and per-GPU totals. The MILP's plan (a DeploymentPlan): its
-workers, and its comparison with the naive and greedy baselines."""
+workers, and its comparison with the baselines and the bounds (planning.ilp_plan)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rich.table import Table
 from planning.types import Placement
 
 if TYPE_CHECKING:  # not imported at run time: planning.ilp_plan imports the MILP
-    from planning.ilp_plan import Scored
+    from planning.ilp_plan import PlanReport
     from planning.plan_file import DeploymentPlan
 
 
@@ -62,7 +62,10 @@ def worker_table(plan: DeploymentPlan) -> Table:
     solver = plan.solver
     title = f"plan (mode {plan.mode}, concurrency {plan.predicted.concurrency})"
     if solver:
-        title += f": {solver.get('name')} {solver.get('status')} in {solver.get('seconds')} s"
+        title += (
+            f": {solver.get('name')}, MILP {solver.get('status')}, planned in "
+            f"{solver.get('seconds')} s"
+        )
     table = Table(title=title, title_justify="left")
     for col in ("worker", "node", "GPU(s)/cores", "tp", "pool tokens", "share", "turn"):
         table.add_column(col, justify="left" if col == "worker" else "right", no_wrap=True)
@@ -81,25 +84,52 @@ def worker_table(plan: DeploymentPlan) -> Table:
     return table
 
 
-def comparison_table(scored: list[Scored]) -> Table:
-    first = next((s.plan for s in scored if s.plan), None)
-    by = first.solver.get("predictor", "") if first else ""
-    table = Table(title=f"predicted ({by}) vs the baselines", title_justify="left")
-    for col in ("plan", "workers", "median s", "p90 s", "questions/s", "ILP objective s"):
+def comparison_table(report: PlanReport) -> Table:
+    b = report.bounds
+    table = Table(
+        title=(
+            f"predicted (simulation.predict) vs the baselines and the bounds: Little "
+            f"{b.little_qps:.3f} q/s (one question alone {b.alone_s:.2f} s), capacity "
+            f"{b.capacity_qps:.3f} q/s ({b.device_seconds_per_question:.2f} device-s a question "
+            f"on {b.devices})"
+        ),
+        title_justify="left",
+    )
+    cols = ("plan", "setting", "workers", "devices", "median s", "p90 s", "questions/s")
+    for col in (*cols, "÷ Little", "÷ capacity"):
         table.add_column(col, justify="left" if col == "plan" else "right", no_wrap=True)
     table.add_column("note")
-    for s in scored:
+    for s in report.scored:
         if s.plan is None or s.prediction is None:
-            table.add_row(s.name, "", "", "", "", "", s.error)
+            table.add_row(s.name, "", "", "", "", "", "", "", "", s.error)
             continue
         p = s.prediction
         table.add_row(
             s.name,
+            f"#{s.setting}",
             str(len(s.plan.workers)),
+            str(s.devices),
             f"{p.latency_median_s:.2f}",
             f"{p.latency_p90_s:.2f}",
             f"{p.throughput_qps:.3f}",
-            f"{s.objective_s:.2f}",
-            "",
+            f"{p.throughput_qps / b.little_qps:.2f}",
+            f"{p.throughput_qps / b.capacity_qps:.2f}",
+            _note(report, s.name),
         )
     return table
+
+
+def _note(report: PlanReport, name: str) -> str:
+    solver = report.plan.solver
+    if name == "plan":
+        search = report.search
+        end = "converged" if search.converged else "budget spent"
+        return (
+            f"from {solver.get('chosen_from')}; search from {solver.get('search_from')}: "
+            f"{search.evaluations} simulations, {len(search.accepted)} moves taken, {end}"
+        )
+    if name == "paper":
+        return "each worker on GPUs of its own"
+    if name == "naive_layer_barrier":
+        return "naive placement, a barrier after each layer"
+    return ""

@@ -18,6 +18,10 @@ POLICIES: tuple[Policy, ...] = ("pack", "one-per-worker")
 Mode = Literal["replicate", "fixed"]
 MODES: tuple[Mode, ...] = ("replicate", "fixed")
 
+# The planner's local search budget after the MILP (planning.search), by default: with the MILP
+# (well under a second) `moa-pd plan` decides in under 10 s; scoring the baselines comes on top.
+SEARCH_SECONDS = 8.0
+
 
 @dataclass(frozen=True, slots=True)
 class GPU:

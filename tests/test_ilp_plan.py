@@ -1,5 +1,6 @@
-"""`moa-pd plan --profile`: the placement and replication MILP (planning.ilp), its baselines and
-the command, on the paper's 9-3-1 hetero tree with the issue's anchor costs (no GPU needed)."""
+"""`moa-pd plan --profile`: the placement and replication MILP (planning.ilp), the local search
+the simulator scores (planning.search), the baselines, the bounds and the command, on the paper's
+9-3-1 hetero tree with the issue's anchor costs (no GPU needed)."""
 
 from __future__ import annotations
 
@@ -11,12 +12,14 @@ import pytest
 from planning import baselines
 from planning.cost_model import critical_path_seconds, device_loads, role_work
 from planning.devices import cluster
-from planning.ilp import solve
-from planning.ilp_plan import PlanRequest, plan_with_ilp, round_estimate
+from planning.ilp import PlacedReplica, solve
+from planning.ilp_plan import PlanRequest, plan_with_ilp
 from planning.pack import PlanError, place
 from planning.plan_file import DeploymentPlan, Prediction
+from planning.search import refine
 from planning.types import GPU, MIB, WorkerDemand
 from router.config_loader import load_config
+from simulation.predict import predict_plan
 from tests.anchor_profile import anchor_profile, model_profile
 
 TREE = "cfgs/tree_9_3_1_dummy_gpu.json"
@@ -55,7 +58,7 @@ def shares(plan: DeploymentPlan) -> dict:
     return out
 
 
-def request(tree, profile, gpus, concurrency, mode="replicate", nodes=1):
+def request(tree, profile, gpus, concurrency, mode="replicate", nodes=1, search_s=0.0):
     return PlanRequest(
         [tree],
         [TREE],
@@ -66,15 +69,24 @@ def request(tree, profile, gpus, concurrency, mode="replicate", nodes=1):
         mode,
         256,
         HEADROOM,
+        search_s=search_s,
+    )
+
+
+def by_workers(plan, configs, profile, concurrency, *, setting=3, questions=None, **_):
+    """A stand-in for the simulator that tells plans apart: fewer workers, faster."""
+    n = len(plan.workers) + (setting == 7)
+    return Prediction(
+        concurrency=concurrency, latency_median_s=n, latency_p90_s=2 * n, throughput_qps=1 / n
     )
 
 
 def round_s(tree, profile, sol, concurrency) -> float:
-    """The planner's estimate of a round under a solution (ilp_plan.round_estimate): the busiest
-    device's load, or one question's critical path under its replicas if longer."""
+    """The MILP's view of a round under a solution: the busiest device's load, or one question's
+    critical path under its replicas if longer."""
     replicas = [p.replica for p in sol.replicas]
     chain = critical_path_seconds([tree], profile, concurrency, 256, replicas)
-    return round_estimate(sol.objective_s, chain, concurrency).latency_median_s
+    return max(sol.objective_s, chain)
 
 
 def test_replicates_the_heavy_model_when_throughput_is_the_bottleneck(tree, profile):
@@ -97,11 +109,12 @@ def test_replicates_the_heavy_model_when_throughput_is_the_bottleneck(tree, prof
 
 
 def test_fixed_mode_keeps_one_replica_per_role_and_shares_sum_to_one(tree, profile):
-    scored = plan_with_ilp(request(tree, profile, "4x141GiB", 8, "fixed"))
-    plan = scored[0].plan
+    plan = plan_with_ilp(
+        request(tree, profile, "4x141GiB", 8, "fixed", search_s=5), by_workers
+    ).plan
     assert sorted((w.model, w.role) for w in plan.workers) == sorted(work_of(tree, profile, 8))
     assert all(w.share == 1 for w in plan.workers)
-    free = plan_with_ilp(request(tree, profile, "4x141GiB", 32))[0].plan
+    free = plan_with_ilp(request(tree, profile, "4x141GiB", 32), by_workers).plan
     for split in shares(free).values():
         assert sum(split) == pytest.approx(1.0)
     assert len({(w.model, w.role, w.replica) for w in free.workers}) == len(free.workers)
@@ -113,7 +126,7 @@ def test_the_plan_respects_memory_and_its_objective_is_its_load(tree, profile):
     sol = solve(work, c, "replicate", HEADROOM)
     loads = device_loads([p.replica for p in sol.replicas], work)
     assert max(loads.values()) == pytest.approx(sol.objective_s, rel=1e-6)
-    plan = plan_with_ilp(request(tree, profile, "8x80GiB", 32))[0].plan
+    plan = plan_with_ilp(request(tree, profile, "8x80GiB", 32), by_workers).plan
     assert max(gpu_use(plan, work).values()) <= 80 * 1024
     # A TP worker of the 32B model sits on an aligned block of one node's GPUs, started first.
     for w in plan.workers:
@@ -157,17 +170,75 @@ def test_naive_and_greedy_baselines_are_plans(tree, profile):
     assert sorted((p.replica.model, p.replica.role, p.replica.devices[0][1]) for p in greedy) == (
         sorted((w.demand.model, w.demand.role, w.gpus[0]) for w in packed.workers)
     )
-    scored = plan_with_ilp(request(tree, profile, "4x141GiB", 8))
-    assert [s.name for s in scored] == ["plan", "naive", "greedy"]
-    for s in scored:
-        assert s.plan is not None and max(gpu_use(s.plan, work).values()) <= 141 * 1024
-        assert all(sum(v) == pytest.approx(1.0) for v in shares(s.plan).values())
-    # The MILP is never worse than either baseline under its own objective, nor (here) under the
-    # cost model's round estimate, which the plan carries when no simulator scores it.
-    assert scored[0].objective_s <= min(s.objective_s for s in scored[1:]) + 1e-6
-    best = max(s.prediction.throughput_qps for s in scored[1:])
-    assert scored[0].plan.predicted.throughput_qps >= best
-    assert set(scored[0].plan.baselines) == {"naive", "greedy"}
+    # The paper's layout: every worker alone on GPUs of its own, as many as that takes.
+    paper, own = baselines.paper(work, c, HEADROOM)
+    assert own.per_node == 6 and sorted(p.replica.devices[0][1] for p in paper) == list(range(6))
+
+
+def test_the_plan_beats_the_milp_and_the_baselines_in_the_simulator_within_its_bounds(
+    tree, profile
+):
+    report = plan_with_ilp(request(tree, profile, "4x141GiB", 8, search_s=3), predict_plan)
+    names = [s.name for s in report.scored]
+    assert names == ["plan", "ilp", "naive", "greedy", "paper", "naive_layer_barrier"]
+    work = work_of(tree, profile, 8)
+    for s in report.scored:
+        assert s.plan is not None and all(
+            sum(v) == pytest.approx(1.0) for v in shares(s.plan).values()
+        )
+        if s.name != "paper":  # the paper's layout takes 6 GPUs
+            assert max(gpu_use(s.plan, work).values()) <= 141 * 1024 and s.devices == 4
+    qps = {s.name: s.prediction.throughput_qps for s in report.scored}
+    assert qps["plan"] >= max(qps["ilp"], qps["naive"], qps["greedy"])
+    assert qps["naive_layer_barrier"] < qps["naive"]  # a barrier per layer hides nothing
+    b = report.bounds
+    assert b.little_qps == pytest.approx(8 / b.alone_s)
+    assert b.capacity_qps == pytest.approx(4 / b.device_seconds_per_question)
+    # One question alone is no slower on a plan than its share of a loaded one, so Little's law
+    # bounds every plan (closed loop: throughput = Q / mean latency, up to ramp-up and drain).
+    assert all(q <= 1.02 * b.little_qps for q in qps.values())
+    assert report.plan.baselines.keys() == set(names) - {"plan"}
+    assert report.plan.bounds == {"little_qps": b.little_qps, "capacity_qps": b.capacity_qps}
+    assert report.plan.solver["chosen_from"] in ("searched", "ilp", "naive", "greedy")
+    assert report.solve_s < 10
+
+
+def test_the_search_takes_moves_that_the_score_rewards_until_none_does(tree, profile):
+    """With the cost model's busiest device as the score, the search spreads a plan that puts
+    every worker on one of four GPUs (big enough to hold them all), and stops where no move
+    helps."""
+    work = work_of(tree, profile, 8)
+    c = cluster("gpu", "4x1000GiB", 1, None, "H200")
+    start = [
+        PlacedReplica(
+            p.replica.__class__(p.replica.model, p.replica.role, (("node0", 0),), 1.0),
+            p.pool_tokens,
+        )
+        for p in baselines.naive(work, c, HEADROOM)
+    ]
+
+    def score(placed):
+        busiest = max(device_loads([p.replica for p in placed], work).values())
+        return Prediction(
+            concurrency=8,
+            latency_median_s=busiest,
+            latency_p90_s=busiest,
+            throughput_qps=8 / busiest,
+        )
+
+    tps = {k: [1] for k in work}
+    result = refine(start, score(start), score, work, c, tps, "replicate", HEADROOM, 60)
+    assert result.converged and result.accepted and result.evaluations >= len(result.accepted)
+    # Under the MILP's own objective, it ends near the MILP's optimum (it has the same moves).
+    optimum = solve(work, c, "replicate", HEADROOM).objective_s
+    assert result.prediction.latency_median_s <= 1.1 * optimum
+    assert score(start).latency_median_s > 1.5 * optimum
+    assert {d for p in result.placed for d in p.replica.devices} == set(c.devices)
+    # No move of the end plan scores better by the search's margin.
+    again = refine(result.placed, result.prediction, score, work, c, tps, "replicate", HEADROOM, 60)
+    assert again.accepted == []
+    fixed = refine(start, score(start), score, work, c, tps, "fixed", HEADROOM, 60)
+    assert len(fixed.placed) == len(start)  # fixed mode only moves workers
 
 
 def test_a_cpu_plan_puts_workers_on_cores_sharing_ram():
@@ -185,7 +256,7 @@ def test_a_cpu_plan_puts_workers_on_cores_sharing_ram():
         256,
         1024,
     )
-    plan = plan_with_ilp(req)[0].plan
+    plan = plan_with_ilp(req, by_workers).plan
     assert all(w.gpus == [] and len(w.cpus) == 1 and w.turn == 0 for w in plan.workers)
     assert {c for w in plan.workers for c in w.cpus} <= {0, 1}
 
@@ -196,12 +267,9 @@ def test_moa_pd_plan_with_a_profile(tree, profile, tmp_path, monkeypatch, capsys
 
     seen = []
 
-    def fake_simulator(plan, configs, prof, concurrency):
+    def fake_simulator(plan, *args, **kwargs):
         seen.append(plan)
-        n = len(plan.workers)  # a stand-in score that tells the plans apart
-        return Prediction(
-            concurrency=concurrency, latency_median_s=n, latency_p90_s=2 * n, throughput_qps=1 / n
-        )
+        return by_workers(plan, *args, **kwargs)
 
     monkeypatch.setattr(predict, "predict_plan", fake_simulator)
     monkeypatch.setenv("COLUMNS", "200")
@@ -209,15 +277,37 @@ def test_moa_pd_plan_with_a_profile(tree, profile, tmp_path, monkeypatch, capsys
     profile.dump(path)
     out = tmp_path / "plan.json"
     argv = ["plan", "--config", TREE, "--profile", str(path), "--concurrency", "32"]
-    assert main([*argv, "--gpus", "4x141GiB", "--out", str(out)]) == 0
+    assert main([*argv, "--gpus", "4x141GiB", "--out", str(out), "--search-seconds", "0"]) == 0
     text = capsys.readouterr().out
-    assert "qwen3-32b.decode1" in text and "naive" in text and "greedy" in text
+    for name in ("ilp", "naive", "greedy", "paper", "naive_layer_barrier", "÷ Little", "capacity"):
+        assert name in text
     plan = DeploymentPlan.load(out)
-    assert len(seen) == 3 and plan.predicted.latency_median_s == len(plan.workers)
-    assert set(plan.baselines) == {"naive", "greedy"}
+    assert plan.predicted.latency_median_s == len(plan.workers) == 6  # the fewest workers won
+    assert set(plan.baselines) == {"ilp", "naive", "greedy", "paper", "naive_layer_barrier"}
     assert plan.solver["name"].startswith("scipy.optimize.milp") and plan.solver["seconds"] < 10
+    assert plan.solver["search_evaluations"] == 0  # no budget: the best proposal
     assert json.loads(out.read_text())["schema"] == "moa-pd.plan/1"
+
+    seen.clear()
+    assert main([*argv, "--gpus", "4x141GiB", "--json", "--search-seconds", "1"]) == 0
+    doc = json.loads(capsys.readouterr().out)  # nothing but the JSON on stdout
+    assert doc["chosen"] == "plan" and doc["concurrency"] == 32
+    assert set(doc["plans"]) == {"plan", "ilp", "naive", "greedy", "paper", "naive_layer_barrier"}
+    for entry in doc["plans"].values():
+        assert {"throughput_qps", "latency_median_s", "latency_p90_s", "workers"} <= set(entry)
+        assert entry["of_little"] == pytest.approx(
+            entry["throughput_qps"] / doc["bounds"]["little_qps"]
+        )
+    assert (
+        doc["plans"]["paper"]["devices"] == 6
+        and doc["plans"]["naive_layer_barrier"]["setting"] == 7
+    )
+    assert set(doc["bounds"]) >= {"little_qps", "capacity_qps"} and doc["solve_s"] < 10
+    # 3 proposals, 6 plans reported (the searched one too), 2 of one question alone
+    assert doc["search"]["evaluations"] == len(seen) - 3 - 6 - 2
     assert main([*argv, "--gpus", "2x80GiB"]) == 2
     assert "no placement fits" in capsys.readouterr().err
     assert main([*argv, "--gpus", "0,1"]) == 2
     assert "count of GPUs" in capsys.readouterr().err
+    assert main([*argv, "--gpus", "4x141GiB", "--search-seconds", "-1"]) == 2
+    assert "--search-seconds must be >= 0" in capsys.readouterr().err
