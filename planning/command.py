@@ -94,6 +94,7 @@ def run_plan(args: argparse.Namespace, evaluate: Evaluator) -> int:
 
     from planning.ilp_plan import PlanRequest, plan_with_ilp
     from planning.tables import comparison_table, worker_table
+    from profiling.machine import warn_if_elsewhere
     from profiling.profile_file import Profile
     from router.config_loader import load_config
 
@@ -103,6 +104,7 @@ def run_plan(args: argparse.Namespace, evaluate: Evaluator) -> int:
     except (OSError, ValueError) as e:
         err.print(f"[red]error:[/red] --profile {escape(args.profile)}: {escape(str(e))}")
         return 2
+    warn_if_elsewhere(profile, args.profile)
     if args.search_seconds < 0:
         err.print(f"[red]error:[/red] --search-seconds must be >= 0, got {args.search_seconds}")
         return 2

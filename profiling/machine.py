@@ -7,12 +7,13 @@ import datetime
 import importlib.metadata
 import os
 import platform
+import shutil
 import socket
 from pathlib import Path
 
 import psutil
 
-from profiling.profile_file import DeviceInfo
+from profiling.profile_file import DeviceInfo, Profile
 
 PACKAGES = ("moa-pd", "torch", "sglang", "sglang-router", "transformers")
 
@@ -65,3 +66,50 @@ def now_utc() -> str:
 
 def host() -> str:
     return socket.gethostname()
+
+
+def elsewhere(profile: Profile) -> str | None:
+    """Why `profile` may not describe this machine, or None: a CPU profile measured on another
+    CPU model or core count, or with another version of the backend's package; a GPU profile of
+    other GPUs than this machine has (a machine without GPUs plans for GPUs elsewhere: no
+    warning)."""
+    dev = profile.device
+    if dev.kind == "cuda":
+        if shutil.which("nvidia-smi") is None:
+            return None
+        here = device_info(cuda=True)
+        if here.kind == "cuda" and here.name != dev.name:
+            return f"it was measured on {dev.name}, this machine has {here.name}"
+        return None
+    here = device_info(cuda=False)
+    if dev.name != here.name or (dev.cores is not None and dev.cores != here.cores):
+        return (
+            f"it was measured on {dev.name} ({dev.cores} cores), this machine has {here.name} "
+            f"({here.cores} cores)"
+        )
+    package = "torch" if profile.backend == "torch" else "sglang"
+    made, installed = profile.versions.get(package), versions().get(package)
+    if made and installed and made != installed:
+        return f"it was measured with {package} {made}, this machine has {installed}"
+    return None
+
+
+def profile_warning(profile: Profile, path: str) -> str | None:
+    """The warning `simulate`, `plan` and `validate` print when the profile is from elsewhere."""
+    why = elsewhere(profile)
+    if why is None:
+        return None
+    return (
+        f"warning: the profile {path} may not fit this machine: {why}. Predictions use its "
+        "costs as they are; run `moa-pd profile` here first for predictions of this machine"
+    )
+
+
+def warn_if_elsewhere(profile: Profile, path: str) -> None:
+    """Print `profile_warning` to stderr, if any."""
+    from rich.console import Console
+    from rich.markup import escape
+
+    warning = profile_warning(profile, path)
+    if warning is not None:
+        Console(stderr=True, soft_wrap=True).print(f"[yellow]{escape(warning)}[/yellow]")

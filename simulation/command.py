@@ -13,6 +13,7 @@ from experiments.critical_path import PARTS
 from experiments.results import ResultsError
 from experiments.settings import SETTINGS, parse_settings
 from planning.plan_file import DeploymentPlan
+from profiling.machine import warn_if_elsewhere
 from profiling.profile_file import Profile
 from router.config_loader import ConfigError, load_config
 from simulation import validate
@@ -77,6 +78,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     try:
         profile = Profile.load(args.profile)
+        warn_if_elsewhere(profile, args.profile)
         configs = [load_config(args.config)]
         if args.dense_config:
             configs.append(load_config(args.dense_config))

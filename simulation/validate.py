@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.table import Table
 
 from experiments.results import ResultRow, ResultsError
+from profiling.machine import warn_if_elsewhere
 from profiling.profile_file import Profile
 from router.config_loader import ConfigError, load_config
 from simulation.deployment import default_deployment
@@ -179,6 +180,7 @@ def main(args: argparse.Namespace) -> int:
     console = Console(width=max(132, Console().width), soft_wrap=True)
     try:
         profile = Profile.load(args.profile)
+        warn_if_elsewhere(profile, args.profile)
         checks, ratios = [], []
         for run in args.runs:
             c, r = check_run(Path(run), profile, args.concurrency)
