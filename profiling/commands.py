@@ -1,4 +1,5 @@
-"""`moa-pd profile`: measure each model of a config on this machine and write profile.json.
+"""`moa-pd profile`: measure each model of a config on this machine and write profile.json
+(with `--co-run` on a CPU, also how busy processes slow each other: profiling/co_run.py).
 
 It shows a progress bar while measuring and prints a summary table at the end."""
 
@@ -116,6 +117,28 @@ def _profile(args: argparse.Namespace, target: Target) -> Profile:
             shutil.rmtree(run_dir, ignore_errors=True)
 
 
+def with_co_run(profile: Profile) -> Profile:
+    """`profile` with the CPU's co-run slowdowns measured now (after the deployment is down)."""
+    from profiling.co_run import ROUNDS, measure
+
+    runs = ROUNDS * 2 * (profile.device.cores or 1)
+    with _progress() as bar:
+        task = bar.add_task("co-run micro-benchmark", total=runs)
+        co = measure(progress=lambda: bar.update(task, advance=1))
+    console.print(
+        f"co-run: each of k busy processes at {', '.join(f'{r:.2f}' for r in co.rates.values())}"
+        f" of one alone's speed (k = 1..{len(co.rates)}): co_run_slowdown "
+        f"{co.co_run_slowdown:.3f}, oversubscribed_slowdown {co.oversubscribed_slowdown:.3f}"
+    )
+    device = profile.device.model_copy(
+        update={
+            "co_run_slowdown": round(co.co_run_slowdown, 4),
+            "oversubscribed_slowdown": round(co.oversubscribed_slowdown, 4),
+        }
+    )
+    return profile.model_copy(update={"device": device})
+
+
 def main(args: argparse.Namespace) -> int:
     from launch.procs import LaunchError
     from planning.gpus import has_nvidia_gpus
@@ -147,6 +170,8 @@ def main(args: argparse.Namespace) -> int:
     except (ProfileError, LaunchError, PlanError, WorkerError) as e:
         console.print(f"[red]error:[/red] {e}")
         return 1
+    if args.co_run and not cuda:
+        profile = with_co_run(profile)
     profile.dump(out)
     Console(width=max(132, Console().width), soft_wrap=True).print(summary_table(profile))
     console.print(f"wrote {out}")
@@ -167,4 +192,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--run-dir", help="where the started deployment's logs go (default a temp dir)")
     p.add_argument("--out", required=True, help="profile.json to write")
     p.add_argument("--seed", type=int, default=0, help="random prompt ids")
+    p.add_argument(
+        "--co-run",
+        action="store_true",
+        help="on a CPU, also measure how busy processes slow each other beyond sharing the "
+        "cores (profiling/co_run.py, ~90 s on 2 cores), for the simulator",
+    )
     add_knob_args(p)

@@ -31,6 +31,10 @@ class DeviceInfo(_Strict):
     count: int = 1  # GPUs (or cores) the profiled workers could use
     memory_mib: int | None = None  # per GPU; None on CPU
     cores: int | None = None  # CPU cores of the machine
+    # How busy workers on the CPU slow each other beyond sharing its cores (profiling/co_run.py,
+    # `moa-pd profile --co-run`): None where not measured (the simulator then assumes none).
+    co_run_slowdown: float | None = None
+    oversubscribed_slowdown: float | None = None
 
 
 class PrefillPoint(_Strict):

@@ -18,8 +18,8 @@ DEFAULT_CHUNKED_PREFILL_SIZE = 2048
 # before their prefill even starts (the prefill side waits for decode's bootstrap). The reference
 # engine's default; real SGLang sizes it from memory, so there it is left unbounded.
 DEFAULT_MAX_RUNNING_REQUESTS = {"torch": 16, "sglang": 1 << 20}
-# What two busy workers on two cores of this machine cost each other beyond the core count (see
-# simulation/device.py); 0 until measured.
+# What busy workers on a CPU cost each other beyond sharing its cores (simulation/device.py) where
+# the profile did not measure it (`moa-pd profile --co-run`): none.
 CPU_CO_RUN_SLOWDOWN = 0.0
 
 
@@ -45,6 +45,7 @@ class SimDeployment:
     description: str
     decode_slots: dict[str, int] = field(default_factory=dict)  # model -> max_running_requests
     co_run_slowdown: float = 0.0  # CPU devices: see simulation/device.py
+    oversubscribed_slowdown: float = 0.0
 
 
 def merged_models(configs: list[TopologyConfig]) -> dict:
@@ -156,5 +157,14 @@ def _deployment(
         _prefill_args(configs, profile.backend),
         label,
         _decode_slots(configs, profile.backend),
-        CPU_CO_RUN_SLOWDOWN if profile.device.kind == "cpu" else 0.0,
+        *_slowdowns(profile),
     )
+
+
+def _slowdowns(profile: Profile) -> tuple[float, float]:
+    """(co-run, oversubscribed) slowdowns of a CPU profile's device: measured, or assumed."""
+    dev = profile.device
+    if dev.kind != "cpu":
+        return 0.0, 0.0
+    co = dev.co_run_slowdown if dev.co_run_slowdown is not None else CPU_CO_RUN_SLOWDOWN
+    return co, dev.oversubscribed_slowdown or 0.0

@@ -6,7 +6,9 @@ workers each take twice as long (pessimistic for small decode batches, which lea
 part of the time; no MPS or overlap is modelled). `co_run_slowdown` is what co-running costs
 beyond the slot count: k busy workers on a device of n > 1 slots also run at 1 / (1 + β·(min(k,
 n) - 1)) of their speed (shared caches and memory bandwidth, or SMT siblings under a VM's
-vCPUs); β = 0 is perfect scaling.
+vCPUs); β = 0 is perfect scaling. `oversubscribed_slowdown` γ is what time-slicing k > n busy
+workers costs beyond n / k (switches, caches refilled): 1 / (1 + γ·(k - n) / n) more. Both are
+measured by profiling/co_run.py.
 """
 
 from __future__ import annotations
@@ -18,12 +20,18 @@ from simulation.signal import Signal
 
 class Device:
     def __init__(
-        self, env: simpy.Environment, name: str, slots: int, co_run_slowdown: float = 0.0
+        self,
+        env: simpy.Environment,
+        name: str,
+        slots: int,
+        co_run_slowdown: float = 0.0,
+        oversubscribed_slowdown: float = 0.0,
     ) -> None:
         if slots < 1:
             raise ValueError(f"device '{name}' has {slots} slots; it needs at least 1")
         self.env, self.name, self.slots = env, name, slots
         self.co_run_slowdown = co_run_slowdown
+        self.oversubscribed_slowdown = oversubscribed_slowdown
         self._busy: dict[str, int] = {}  # worker -> computations running
         self._changed = Signal(env)
         self.busy_seconds = 0.0  # worker-seconds of computation at any speed (utilisation)
@@ -35,9 +43,9 @@ class Device:
     def speed(self) -> float:
         """Fraction of full speed each busy worker computes at now."""
         busy = max(1, len(self._busy))
-        return min(1.0, self.slots / busy) / (
-            1 + self.co_run_slowdown * (min(busy, self.slots) - 1)
-        )
+        co_run = 1 + self.co_run_slowdown * (min(busy, self.slots) - 1)
+        oversubscribed = 1 + self.oversubscribed_slowdown * max(0, busy - self.slots) / self.slots
+        return min(1.0, self.slots / busy) / (co_run * oversubscribed)
 
     def compute(self, worker: str, seconds: float):
         """simpy process body: `seconds` of `worker`'s work at full speed, slowed while the

@@ -70,7 +70,11 @@ class Simulation:
         self.seed = seed
         self.warm_order = itertools.count()  # the order successors' warm-ups start (gate queues)
         self.devices = {
-            d: Device(self.env, d, s, 0.0 if "gpu" in d else deployment.co_run_slowdown)
+            d: Device(self.env, d, s)
+            if "gpu" in d
+            else Device(
+                self.env, d, s, deployment.co_run_slowdown, deployment.oversubscribed_slowdown
+            )
             for d, s in deployment.devices.items()
         }
         dev_gates = {

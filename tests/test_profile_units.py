@@ -139,3 +139,16 @@ def test_cli_refuses_a_missing_config_and_an_unknown_model(tmp_path, capsys):
     assert code == 2
     assert "'x'" in capsys.readouterr().err
     assert not Path(out).exists()  # nothing written on bad input
+
+
+def test_co_run_measurements_land_in_the_profiles_device(monkeypatch):
+    from profiling import co_run
+    from profiling.commands import with_co_run
+
+    profile = Profile.load(Path(__file__).parent / "data" / "simulation" / "profile_cpu.json")
+    fake = co_run.CoRun(2, {1: 1.0, 2: 0.9, 3: 0.55, 4: 0.42}, 0.11111, 0.05)
+    monkeypatch.setattr(co_run, "measure", lambda progress=None: fake)
+    measured = with_co_run(profile)
+    assert measured.device.co_run_slowdown == 0.1111
+    assert measured.device.oversubscribed_slowdown == 0.05
+    assert measured.models == profile.models

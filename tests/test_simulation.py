@@ -3,6 +3,8 @@ exact lines: blocking vs pipelined on a two-leaf tree, continuous batching, shar
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import simpy
 
@@ -281,3 +283,52 @@ def test_replicas_are_chosen_by_load_and_no_agent_is_pinned(n, mode):
     assert [r.agents["s"].decode_worker for r in again.rows] == [
         r.agents["s"].decode_worker for r in out.rows
     ]
+
+
+def test_co_run_fit_recovers_the_device_model_and_the_simulator_applies_it():
+    from profiling.co_run import fit
+
+    cores, beta, gamma = 4, 0.1, 0.3
+    model = {
+        k: min(1, cores / k)
+        / (1 + beta * (min(k, cores) - 1))
+        / (1 + gamma * max(0, k - cores) / cores)
+        for k in range(1, 2 * cores + 1)
+    }
+    assert fit(cores, model) == (pytest.approx(beta), pytest.approx(gamma))
+    assert fit(2, {1: 1.0, 2: 1.05, 3: 0.7, 4: 0.55}) == (0.0, 0.0)  # better than ideal: none
+
+    env = simpy.Environment()
+    dev = Device(env, "cpu", 2, co_run_slowdown=0.1, oversubscribed_slowdown=0.2)
+    done = [env.process(dev.compute(w, 1.0)) for w in "abcd"]
+    env.run(until=simpy.AllOf(env, done))
+    assert env.now == pytest.approx(1 / (0.5 / (1.1 * 1.2)))
+
+    cpu = profile("cpu", cores=2)
+    cpu = cpu.model_copy(
+        update={
+            "device": cpu.device.model_copy(
+                update={"co_run_slowdown": 0.25, "oversubscribed_slowdown": 0.5}
+            )
+        }
+    )
+    sim = Simulation([tree()], cpu, default_deployment([tree()], cpu))
+    (device,) = sim.devices.values()
+    assert (device.co_run_slowdown, device.oversubscribed_slowdown) == (0.25, 0.5)
+    plain = Simulation(
+        [tree()], profile("cpu", cores=2), default_deployment([tree()], profile("cpu", cores=2))
+    )
+    assert next(iter(plain.devices.values())).co_run_slowdown == 0.0
+
+
+def test_the_co_run_micro_benchmark_runs_processes_side_by_side():
+    from profiling.co_run import measure
+
+    mine = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {min(mine)})  # the processes it starts inherit one core
+    try:
+        co = measure(seconds=0.3, rounds=1)
+    finally:
+        os.sched_setaffinity(0, mine)
+    assert co.cores == 1 and co.rates[1] == 1.0
+    assert 0.3 < co.rates[2] < 0.7  # two processes on one core: about half as fast each
