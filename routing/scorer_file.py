@@ -33,6 +33,9 @@ class Scorer(BaseModel):
     candidates: dict[str, CandidateModel]  # the pool entry's id -> its model
     trained_on: dict[str, object] = {}  # runs, datasets, question ids, seed
     heldout: dict[str, dict[str, float]] = {}  # candidate -> {"auc": .., "brier_prior": .., ...}
+    # The scorer as a router on the held-out questions (routing.train.router_metrics): top-1 hit
+    # rate and regret against the oracle, beside the prior's.
+    heldout_router: dict[str, float | str] = {}
 
     @classmethod
     def load(cls, path: str | Path) -> Scorer:

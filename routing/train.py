@@ -94,6 +94,39 @@ def heldout_metrics(y: np.ndarray, p: np.ndarray, prior: float, seed: int) -> di
     return out
 
 
+def router_metrics(
+    correct: np.ndarray, p: np.ndarray, prior: np.ndarray, candidates: list[str]
+) -> dict[str, float | str]:
+    """The scorer judged as a router is judged, on held-out questions every candidate answered
+    (`correct[i, j]`, `p[i, j]`): its top-1 pick (the highest p; a tie to the earlier
+    candidate) against the oracle (a candidate that was right, where one was) and against the
+    prior's pick (always the candidate best on the training questions). Hit rate: the share of
+    questions some candidate got right where the pick did; regret: the oracle's accuracy minus
+    the pick's."""
+    n = len(correct)
+    out: dict[str, float | str] = {"questions": float(n)}
+    if n == 0:
+        return out
+    oracle = correct.max(axis=1)
+    pick = np.argmax(p, axis=1)
+    best = int(np.argmax(prior))
+    routed, constant = correct[np.arange(n), pick], correct[:, best]
+    answerable = max(1.0, float(oracle.sum()))
+    out |= {
+        "oracle_accuracy": float(oracle.mean()),
+        "top1_accuracy": float(routed.mean()),
+        "top1_hit_rate": float(routed.sum() / answerable),
+        "regret": float(oracle.mean() - routed.mean()),
+        "prior_candidate": candidates[best],
+        "prior_top1_accuracy": float(constant.mean()),
+        "prior_hit_rate": float(constant.sum() / answerable),
+        "prior_regret": float(oracle.mean() - constant.mean()),
+        # How often the pick follows the question at all (1 candidate: a static router).
+        "distinct_picks": float(len(set(pick.tolist()))),
+    }
+    return out
+
+
 def _cannot_learn(cid: str, col: np.ndarray, tr: np.ndarray, ho: np.ndarray) -> str:
     """Why candidate `cid`'s labels `col` cannot train a fit on questions `tr` and judge it on
     `ho`: all its answers are of one class (no split helps), or its training questions are, or
@@ -134,6 +167,8 @@ def train_scorer(outcomes: Outcomes, x: np.ndarray, opts: TrainOptions) -> Score
     train, held = split_questions(len(outcomes.keys), opts.heldout_fraction, opts.seed)
     candidates: dict[str, CandidateModel] = {}
     heldout: dict[str, dict[str, float]] = {}
+    held_p = np.full((len(held), len(outcomes.candidates)), np.nan)
+    priors = np.zeros(len(outcomes.candidates))
     for j, cid in enumerate(outcomes.candidates):
         col = outcomes.correct[:, j]
         tr = train[~np.isnan(col[train])]
@@ -146,6 +181,7 @@ def train_scorer(outcomes: Outcomes, x: np.ndarray, opts: TrainOptions) -> Score
         p = model.predict_proba(x[ho])[:, 1]
         heldout[cid] = heldout_metrics(col[ho], p, prior, opts.seed)
         heldout[cid]["c"] = chosen_c(model)
+        held_p[:, j], priors[j] = model.predict_proba(x[held])[:, 1], prior
         seen = ~np.isnan(col)
         final = fit_candidate(x[seen], col[seen], opts.seed, c=chosen_c(model))
         candidates[cid] = CandidateModel(
@@ -155,6 +191,10 @@ def train_scorer(outcomes: Outcomes, x: np.ndarray, opts: TrainOptions) -> Score
             positives=int(col[seen].sum()),
             examples=int(seen.sum()),
         )
+    graded = ~np.isnan(outcomes.correct[held]).any(axis=1)
+    router = router_metrics(
+        outcomes.correct[held][graded], held_p[graded], priors, outcomes.candidates
+    )
     return Scorer(
         embedder=opts.embedder,
         dim=int(x.shape[1]),
@@ -172,4 +212,5 @@ def train_scorer(outcomes: Outcomes, x: np.ndarray, opts: TrainOptions) -> Score
             "refit on all questions",
         },
         heldout=heldout,
+        heldout_router=router,
     )

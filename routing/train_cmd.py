@@ -138,6 +138,14 @@ def main(args: argparse.Namespace, embed: Embed | None = None) -> int:
         console.print(f"[red]error:[/red] --out {args.out}: cannot write it ({e.strerror})")
         return 2
     Console(width=max(Console().width, 100), soft_wrap=True).print(heldout_table(scorer))
+    r = scorer.heldout_router
+    if r.get("questions"):
+        console.print(
+            f"as a router, top-1 on {int(r['questions'])} held-out questions every candidate "
+            f"answered: hit rate {r['top1_hit_rate']:.3f}, regret {r['regret']:.3f} (always "
+            f"'{r['prior_candidate']}': {r['prior_hit_rate']:.3f}, {r['prior_regret']:.3f}); "
+            f"{int(r['distinct_picks'])} distinct picks"
+        )
     n = scorer.trained_on["questions"]
     console.print(
         f"wrote {args.out}: {len(scorer.candidates)} candidates, weights refit on all {n} "

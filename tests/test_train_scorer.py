@@ -180,3 +180,31 @@ def test_train_scorer_errors_name_the_problem(tmp_path, capsys):
     (torn / "results.jsonl").write_text("{oops\n" + (torn / "results.jsonl").read_text())
     with pytest.raises(ValueError, match=r"results.jsonl:1: not valid JSON"):
         read_outcomes([torn])
+
+
+def test_the_scorer_is_judged_as_a_router_against_the_oracle_and_the_prior():
+    # Two specialists: 'left' is right where x0 < 0, 'right' where x0 > 0; the prior (the better
+    # on average) is one of them whatever the question: a router that follows x0 beats it.
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(N, DIM))
+    left = (x[:, 0] < 0).astype(float)
+    right = ((x[:, 0] > 0) & (rng.random(N) < 0.9)).astype(float)
+    y = np.stack([left, right], axis=1)
+    outcomes = Outcomes([("toy", f"q{i}") for i in range(N)], ["left", "right"], y, ["run"], 0)
+    scorer = train_scorer(outcomes, x, TrainOptions(heldout_fraction=0.3, seed=1))
+    r = scorer.heldout_router
+    assert r["questions"] == 48 and r["distinct_picks"] == 2
+    assert r["top1_hit_rate"] > 0.9 and r["regret"] < 0.06
+    assert r["prior_hit_rate"] < 0.65 and r["prior_regret"] > 0.3
+    assert r["oracle_accuracy"] == pytest.approx(r["top1_accuracy"] + r["regret"])
+    # By hand for a tiny case: question 0 only B right, question 1 both, question 2 none.
+    from routing.train import router_metrics
+
+    correct = np.array([[0.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
+    p = np.array([[0.9, 0.1], [0.2, 0.8], [0.5, 0.5]])
+    m = router_metrics(correct, p, np.array([0.7, 0.3]), ["A", "B"])
+    assert m["top1_accuracy"] == pytest.approx(1 / 3) and m["oracle_accuracy"] == pytest.approx(
+        2 / 3
+    )
+    assert m["top1_hit_rate"] == pytest.approx(0.5) and m["prior_candidate"] == "A"
+    assert m["prior_top1_accuracy"] == pytest.approx(1 / 3) and m["distinct_picks"] == 2
