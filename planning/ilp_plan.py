@@ -265,8 +265,17 @@ def plan_with_ilp(req: PlanRequest, evaluate: Evaluator) -> PlanReport:
     planner = Planner(req, evaluate)
     start = time.perf_counter()
     proposals, solver = planner.proposals()
+    scores: dict[str, Prediction] = {}
+    for name, placed in proposals.items():
+        if isinstance(placed, str):
+            continue
+        try:
+            scores[name] = planner.search_score(placed)
+        except PlanError as e:  # fits the memory, but not as its workers start in turns
+            proposals[name] = str(e)
+    if not scores:
+        raise PlanError(f"no proposal can be started: {proposals['ilp']}")
     fitting = {n: p for n, p in proposals.items() if not isinstance(p, str)}
-    scores = {n: planner.search_score(p) for n, p in fitting.items()}
     best = max(scores, key=lambda n: score_key(scores[n]))
     budget = max(0.0, req.search_s - (time.perf_counter() - start))
     search = refine(

@@ -78,14 +78,22 @@ def _name(g: Group) -> str:
     return f"{g[0][0]}:{','.join(str(i) for _, i in g)}"
 
 
+def _signature(placed: list[PlacedReplica]) -> frozenset:
+    return frozenset((p.replica.model, p.replica.role, p.replica.devices) for p in placed)
+
+
 def moves(
     placed: list[PlacedReplica],
     work: dict[Key, RoleWork],
     cluster: Cluster,
     tps: dict[Key, list[int]],
     mode: Mode,
+    headroom_mib: int,
 ) -> Iterator[Move]:
-    """Neighbours of `placed`, most promising first by the cost model's device loads."""
+    """Neighbours of `placed` that fit in memory, most promising first by the cost model's
+    device loads: per worker on the busiest devices first, a replica more (replicate mode) or the
+    worker moved, on the least loaded groups where it fits, and, once per model and role with
+    several replicas, the replica on the busiest device removed."""
     loads = device_loads([p.replica for p in placed], work)
 
     def group_load(g: Group) -> float:
@@ -96,7 +104,14 @@ def moves(
             p.replica.share, len(p.replica.devices)
         )
 
-    seen: set[tuple] = set()
+    def fits(cand: list[PlacedReplica]) -> bool:
+        try:
+            check_memory("candidate", cand, work, cluster, headroom_mib)
+        except PlanError:
+            return False
+        return True
+
+    removed: set[Key] = set()
     for device in sorted(cluster.devices, key=lambda d: -loads.get(d, 0.0)):
         here = sorted(
             (p for p in placed if device in p.replica.devices), key=replica_load, reverse=True
@@ -107,33 +122,32 @@ def moves(
             hosting = {
                 q.replica.devices for q in placed if (q.replica.model, q.replica.role) == key
             }
-            free = sorted(
+            targets = sorted(
                 (g for tp in tps[key] for g in groups(cluster, tp) if g not in hosting),
                 key=group_load,
-            )[:GROUPS_PER_MOVE]
+            )
             others = [q for q in placed if q is not p]
-            count = len(hosting)
-            options: list[tuple[str, list[PlacedReplica], Key]] = []
-            if mode == "replicate":
-                for g in free:
-                    new = PlacedReplica(Replica(r.model, r.role, g, r.share), p.pool_tokens)
-                    options.append((f"add {r.model} {r.role} on {_name(g)}", [*placed, new], key))
-            for g in free:
-                moved = PlacedReplica(Replica(r.model, r.role, g, r.share), p.pool_tokens)
-                options.append(
-                    (
-                        f"move {r.model} {r.role} {_name(r.devices)} -> {_name(g)}",
-                        [*others, moved],
-                        key,
-                    )
+            if mode == "replicate" and len(hosting) > 1 and key not in removed:
+                removed.add(key)
+                yield Move(
+                    f"remove {r.model} {r.role} on {_name(r.devices)}", rebalance(others, key, work)
                 )
-            if mode == "replicate" and count > 1:
-                options.append((f"remove {r.model} {r.role} on {_name(r.devices)}", others, key))
-            for what, cand, k in options:
-                if what in seen:
-                    continue
-                seen.add(what)
-                yield Move(what, rebalance(cand, k, work))
+            kinds = ("add", "move") if mode == "replicate" else ("move",)
+            for kind in kinds:
+                found = 0
+                for g in targets:
+                    if found == GROUPS_PER_MOVE:
+                        break
+                    new = PlacedReplica(Replica(r.model, r.role, g, r.share), p.pool_tokens)
+                    cand = rebalance([*placed, new] if kind == "add" else [*others, new], key, work)
+                    if fits(cand):
+                        found += 1
+                        what = (
+                            f"add {r.model} {r.role} on {_name(g)}"
+                            if kind == "add"
+                            else (f"move {r.model} {r.role} {_name(r.devices)} -> {_name(g)}")
+                        )
+                        yield Move(what, cand)
 
 
 def refine(
@@ -147,28 +161,47 @@ def refine(
     headroom_mib: int,
     budget_s: float,
 ) -> SearchResult:
-    """First-improvement local search from `start` until no move improves it or `budget_s`
-    (wall seconds, checked before each simulation) is spent."""
+    """Local search from `start` until no move is taken or `budget_s` (wall seconds, checked
+    before each simulation) is spent; the best plan seen is the result. `score` raises PlanError
+    for a plan that cannot be started (skipped). A move is taken when it
+    scores better than the current plan by MIN_GAIN, or when it removes a replica and scores
+    within MIN_GAIN of the best plan seen (fewer workers for as much: memory freed for the next
+    moves, a way off a plateau); no plan is visited twice."""
     began = time.perf_counter()
     result = SearchResult(list(start), start_prediction)
+    current, now = list(start), start_prediction
+    visited = {_signature(start)}
     while True:
-        improved = False
-        for move in moves(result.placed, work, cluster, tps, mode):
+        taken = False
+        for move in moves(current, work, cluster, tps, mode, headroom_mib):
             if time.perf_counter() - began >= budget_s:
                 result.seconds = time.perf_counter() - began
                 return result
-            try:
-                check_memory(move.what, move.placed, work, cluster, headroom_mib)
-            except PlanError:
+            signature = _signature(move.placed)
+            if signature in visited:
                 continue
-            prediction = score(move.placed)
+            visited.add(signature)
+            try:
+                prediction = score(move.placed)
+            except PlanError:  # fits the devices' memory, but not as workers start in turns
+                continue
             result.evaluations += 1
-            if prediction.throughput_qps > (1 + MIN_GAIN) * result.prediction.throughput_qps:
-                result.placed, result.prediction = move.placed, prediction
+            better = prediction.throughput_qps > (1 + MIN_GAIN) * now.throughput_qps
+            best = result.prediction.throughput_qps
+            simpler = (
+                move.what.startswith("remove")
+                and prediction.throughput_qps >= (1 - MIN_GAIN) * best
+            )
+            if better or simpler:
+                current, now = move.placed, prediction
                 result.accepted.append(move.what)
-                improved = True
+                if prediction.throughput_qps > best or (
+                    simpler and prediction.throughput_qps >= best
+                ):
+                    result.placed, result.prediction = move.placed, prediction
+                taken = True
                 break
-        if not improved:
+        if not taken:
             result.converged = True
             result.seconds = time.perf_counter() - began
             return result

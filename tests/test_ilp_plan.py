@@ -16,7 +16,7 @@ from planning.ilp import PlacedReplica, solve
 from planning.ilp_plan import PlanRequest, plan_with_ilp
 from planning.pack import PlanError, place
 from planning.plan_file import DeploymentPlan, Prediction
-from planning.search import refine
+from planning.search import rebalance, refine
 from planning.types import GPU, MIB, WorkerDemand
 from router.config_loader import load_config
 from simulation.predict import predict_plan
@@ -203,6 +203,12 @@ def test_the_plan_beats_the_milp_and_the_baselines_in_the_simulator_within_its_b
     assert report.solve_s < 10
 
 
+def rebalance_all(placed, work):
+    for key in work:
+        placed = rebalance(placed, key, work)
+    return placed
+
+
 def test_the_search_takes_moves_that_the_score_rewards_until_none_does(tree, profile):
     """With the cost model's busiest device as the score, the search spreads a plan that puts
     every worker on one of four GPUs (big enough to hold them all), and stops where no move
@@ -239,6 +245,24 @@ def test_the_search_takes_moves_that_the_score_rewards_until_none_does(tree, pro
     assert again.accepted == []
     fixed = refine(start, score(start), score, work, c, tps, "fixed", HEADROOM, 60)
     assert len(fixed.placed) == len(start)  # fixed mode only moves workers
+
+    # Where replicas buy nothing, the search sheds them: as fast with fewer workers.
+    doubled = rebalance_all(
+        [
+            *start,
+            *(
+                PlacedReplica(
+                    p.replica.__class__(p.replica.model, p.replica.role, (("node0", 1),), 1.0),
+                    p.pool_tokens,
+                )
+                for p in start
+            ),
+        ],
+        work,
+    )
+    flat = Prediction(concurrency=8, latency_median_s=1, latency_p90_s=1, throughput_qps=1)
+    shed = refine(doubled, flat, lambda placed: flat, work, c, tps, "replicate", HEADROOM, 60)
+    assert len(shed.placed) == len(work) and all(a.startswith("remove") for a in shed.accepted)
 
 
 def test_a_cpu_plan_puts_workers_on_cores_sharing_ram():
