@@ -244,7 +244,9 @@ class Routing(_Strict):
     scorer: str = Field(description="scorer.json (moa-pd train-scorer); relative to the cwd")
     k: int | None = Field(default=None, ge=1)
     threshold: float | None = Field(default=None, ge=0.0, le=1.0)
-    min_k: int = Field(default=1, ge=1)
+    min_k: int = Field(default=1, ge=1)  # in either mode
+    # At most this many candidates of one model (its personas share its mistakes); None: any.
+    max_per_model: int | None = Field(default=None, ge=1)
     weights: RoutingWeights = RoutingWeights()
     # Parameters in billions per model name; else counted from the model's config.json.
     model_sizes_b: dict[str, float] = {}

@@ -1,6 +1,8 @@
-"""Each pool candidate's predicted cost (output tokens × model size in billions of parameters)
-and latency (output tokens × decode seconds per token, from profile.json or a declared decode
-speed), computed once per config: they do not depend on the question."""
+"""Each pool candidate's cost (output tokens × model size in billions of parameters) and latency
+(output tokens × decode seconds per token, from profile.json or a declared decode speed). The
+model's size and speed are per config; the output tokens are per question where the scorer
+predicts them (routing/scorer_file.py's length model), else the candidate's max_new_tokens
+(`Estimate.for_tokens`)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,16 @@ class Estimate:
     size_b: float  # parameters, billions
     cost: float  # tokens × size_b
     latency_s: float | None  # None where the config weighs no latency and gives no speed
+    model: str = ""  # the candidate's model (routing.max_per_model counts by it)
+
+    def for_tokens(self, predicted: float | None) -> tuple[float, float, float | None]:
+        """(tokens, cost, latency) of a question for which `predicted` output tokens are
+        expected (None: the cap), never more than the cap: both scale with the tokens."""
+        if predicted is None or self.tokens <= 0:
+            return float(self.tokens), self.cost, self.latency_s
+        tokens = min(float(self.tokens), predicted)
+        part = tokens / self.tokens
+        return tokens, self.cost * part, None if self.latency_s is None else self.latency_s * part
 
 
 def model_size_b(
@@ -82,6 +94,6 @@ def estimate_pool(
         tokens = cfg.sampling_of(cid).max_new_tokens or 0
         s = speeds[model]
         out[cid] = Estimate(
-            tokens, sizes[model], tokens * sizes[model], None if s is None else tokens * s
+            tokens, sizes[model], tokens * sizes[model], None if s is None else tokens * s, model
         )
     return out

@@ -33,6 +33,9 @@ class Outcomes:
     correct: np.ndarray
     runs: list[str]
     ungraded: int  # #5 rows left out: failed or not gradable
+    # tokens[i, j]: the output tokens candidates[j] wrote for question keys[i] (NaN: unknown,
+    # e.g. a run that recorded no output ids); None: not read.
+    tokens: np.ndarray | None = None
 
 
 def results_file(run: str | Path) -> Path:
@@ -45,6 +48,7 @@ def read_outcomes(runs: list[str | Path], skip: frozenset[str] = frozenset()) ->
     """The graded #5 rows of `runs`, but those of candidates in `skip`; a (question,
     candidate) seen in two runs keeps the later."""
     graded: dict[tuple[str, str], dict[str, bool]] = {}
+    written: dict[tuple[str, str, str], int] = {}  # (dataset, sample_id, candidate) -> tokens
     ungraded = 0
     files = [results_file(r) for r in runs]
     for path in files:
@@ -67,6 +71,9 @@ def read_outcomes(runs: list[str | Path], skip: frozenset[str] = frozenset()) ->
                 ungraded += 1
                 continue
             graded.setdefault((r.dataset, r.sample_id), {})[r.single_model] = r.correct
+            ids = sum(len(a.output_ids) for a in r.agents.values())
+            if ids:
+                written[(r.dataset, r.sample_id, r.single_model)] = ids
     if not graded:
         raise OutcomesError(
             f"no graded setting-#5 rows in {', '.join(map(str, files))}; the scorer learns from "
@@ -75,8 +82,10 @@ def read_outcomes(runs: list[str | Path], skip: frozenset[str] = frozenset()) ->
     keys = sorted(graded)
     candidates = sorted({c for per in graded.values() for c in per})
     correct = np.full((len(keys), len(candidates)), np.nan)
+    tokens = np.full_like(correct, np.nan)
     for i, k in enumerate(keys):
         for j, c in enumerate(candidates):
             if c in graded[k]:
                 correct[i, j] = float(graded[k][c])
-    return Outcomes(keys, candidates, correct, [str(f) for f in files], ungraded)
+                tokens[i, j] = written.get((*k, c), np.nan)
+    return Outcomes(keys, candidates, correct, [str(f) for f in files], ungraded, tokens)

@@ -62,8 +62,9 @@ class PoolRouter:
     async def __call__(self, session: Session) -> RoutingDecision:
         start = time.perf_counter()
         tokens, embed_s = await self._embeddings.embed(session.question)
-        p = self.scorer.predict(pool_tokens(np.asarray(tokens)))
-        decision = choose(p, self.estimates, self.cfg.routing, self.cfg.pool_ids)
+        query = pool_tokens(np.asarray(tokens))
+        p, lengths = self.scorer.predict(query), self.scorer.predict_tokens(query)
+        decision = choose(p, self.estimates, self.cfg.routing, self.cfg.pool_ids, lengths)
         decision.embed_s = embed_s
         decision.wall_s = time.perf_counter() - start
         return decision

@@ -1,6 +1,7 @@
 """A trained proposer scorer (`moa-pd train-scorer --out scorer.json`): for each candidate of a
 pool, a logistic model on the query's MiniLM embedding that predicts the probability that the
-candidate answers correctly (RouteMoA's lightweight scorer, without pre-inference).
+candidate answers correctly (RouteMoA's lightweight scorer, without pre-inference), and a length
+model that predicts how many tokens it writes for the query (what the question will cost).
 """
 
 from __future__ import annotations
@@ -14,6 +15,20 @@ from pydantic import BaseModel, ConfigDict, Field
 SCHEMA = "moa-pd.scorer/1"
 
 
+class LengthModel(BaseModel):
+    """log(1 + output tokens) as a linear function of the query embedding (ridge regression)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    coef: list[float]
+    intercept: float
+    median_tokens: float  # on its training questions (the baseline a length model must beat)
+    examples: int
+
+    def predict(self, x: np.ndarray) -> float:
+        return float(np.expm1(x @ np.asarray(self.coef) + self.intercept))
+
+
 class CandidateModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -22,6 +37,7 @@ class CandidateModel(BaseModel):
     prior: float = Field(ge=0, le=1)  # its accuracy on the training questions
     positives: int  # correct answers among its training questions
     examples: int
+    length: LengthModel | None = None  # None: runs without output tokens recorded
 
 
 class Scorer(BaseModel):
@@ -44,13 +60,25 @@ class Scorer(BaseModel):
     def dump(self, path: str | Path) -> None:
         Path(path).write_text(self.model_dump_json(by_alias=True, indent=2) + "\n")
 
-    def predict(self, embedding: np.ndarray) -> dict[str, float]:
-        """Each candidate's probability of a correct answer to the query of `embedding`."""
+    def _vector(self, embedding: np.ndarray) -> np.ndarray:
         x = np.asarray(embedding, dtype=np.float64).reshape(-1)
         if x.shape[0] != self.dim:
             raise ValueError(
                 f"the scorer takes {self.dim}-dimensional embeddings, got {x.shape[0]}"
             )
+        return x
+
+    def predict_tokens(self, embedding: np.ndarray) -> dict[str, float | None]:
+        """Each candidate's expected output tokens for the query (None: no length model)."""
+        x = self._vector(embedding)
+        return {
+            cid: None if c.length is None else max(1.0, c.length.predict(x))
+            for cid, c in self.candidates.items()
+        }
+
+    def predict(self, embedding: np.ndarray) -> dict[str, float]:
+        """Each candidate's probability of a correct answer to the query of `embedding`."""
+        x = self._vector(embedding)
         return {
             cid: float(1.0 / (1.0 + np.exp(-(x @ np.asarray(c.coef) + c.intercept))))
             for cid, c in self.candidates.items()

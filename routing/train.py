@@ -9,16 +9,19 @@ from dataclasses import dataclass
 
 import numpy as np
 from scipy.stats import rankdata
-from sklearn.linear_model import LogisticRegression
+from sklearn.linear_model import LogisticRegression, Ridge, RidgeCV
 from sklearn.metrics import brier_score_loss, roc_auc_score
 from sklearn.model_selection import GridSearchCV, StratifiedKFold, train_test_split
 
 from routing.outcomes import Outcomes, OutcomesError
-from routing.scorer_file import CandidateModel, Scorer
+from routing.scorer_file import CandidateModel, LengthModel, Scorer
 
 # Inverse L2 strengths tried by cross-validation on the training questions: unit-length
 # embeddings need weak regularization to move at all, few positives need strong.
 CS = np.logspace(-2, 3, 6)
+# Ridge strengths tried for the length model, and the fewest answers with tokens it needs.
+ALPHAS = np.logspace(-3, 3, 7)
+MIN_LENGTH_EXAMPLES = 10
 BOOTSTRAP = 1000
 
 
@@ -43,6 +46,32 @@ def fit_candidate(x: np.ndarray, y: np.ndarray, seed: int, c: float | None = Non
         LogisticRegression(max_iter=2000), {"C": list(CS)}, cv=cv, scoring="neg_log_loss"
     )
     return grid.fit(x, y).best_estimator_
+
+
+def fit_length(
+    x: np.ndarray, tokens: np.ndarray, alpha: float | None = None
+) -> tuple[LengthModel, float]:
+    """Ridge regression of log(1 + tokens) on the embedding, its strength chosen by
+    leave-one-out CV unless `alpha` is given (log: lengths are skewed, and a relative error is
+    what a cost share feels); with the strength."""
+    y = np.log1p(tokens)
+    model = RidgeCV(alphas=ALPHAS).fit(x, y) if alpha is None else Ridge(alpha=alpha).fit(x, y)
+    return LengthModel(
+        coef=[float(v) for v in model.coef_],
+        intercept=float(model.intercept_),
+        median_tokens=float(np.median(tokens)),
+        examples=len(tokens),
+    ), float(getattr(model, "alpha_", alpha))
+
+
+def length_metrics(model: LengthModel, x: np.ndarray, tokens: np.ndarray) -> dict[str, float]:
+    """Median absolute error in tokens on held-out questions, the model's and the training
+    median's (a length model is worth its place where it beats the median)."""
+    predicted = np.array([model.predict(row) for row in x])
+    return {
+        "length_mae_tokens": float(np.median(np.abs(predicted - tokens))),
+        "length_mae_median": float(np.median(np.abs(model.median_tokens - tokens))),
+    }
 
 
 def chosen_c(model: LogisticRegression) -> float:
@@ -157,6 +186,29 @@ def check_both_classes(outcomes: Outcomes) -> None:
             raise OutcomesError(_cannot_learn(cid, col, np.array([]), np.array([])))
 
 
+def _length(
+    outcomes: Outcomes,
+    j: int,
+    x: np.ndarray,
+    train: np.ndarray,
+    held: np.ndarray,
+    metrics: dict[str, float],
+) -> LengthModel | None:
+    """Candidate j's length model, judged on its held-out questions (into `metrics`) and refit
+    on all; None where fewer than MIN_LENGTH_EXAMPLES of its training questions have tokens."""
+    if outcomes.tokens is None:
+        return None
+    col = outcomes.tokens[:, j]
+    tr, ho = train[~np.isnan(col[train])], held[~np.isnan(col[held])]
+    if len(tr) < MIN_LENGTH_EXAMPLES:
+        return None
+    model, alpha = fit_length(x[tr], col[tr])
+    if len(ho):
+        metrics |= length_metrics(model, x[ho], col[ho])
+    seen = ~np.isnan(col)
+    return fit_length(x[seen], col[seen], alpha)[0]
+
+
 def train_scorer(outcomes: Outcomes, x: np.ndarray, opts: TrainOptions) -> Scorer:
     """`x[i]`: the embedding of question `outcomes.keys[i]`. Held-out metrics come from a fit
     on the training questions only; the file's models are refit on all questions with the
@@ -190,6 +242,7 @@ def train_scorer(outcomes: Outcomes, x: np.ndarray, opts: TrainOptions) -> Score
             prior=float(col[seen].mean()),
             positives=int(col[seen].sum()),
             examples=int(seen.sum()),
+            length=_length(outcomes, j, x, train, held, heldout[cid]),
         )
     graded = ~np.isnan(outcomes.correct[held]).any(axis=1)
     router = router_metrics(
@@ -209,7 +262,8 @@ def train_scorer(outcomes: Outcomes, x: np.ndarray, opts: TrainOptions) -> Score
             "ungraded_rows_skipped": outcomes.ungraded,
             "fit": "L2 logistic regression, strength by stratified CV (log loss) on the training "
             "questions; metrics from that fit on the held-out questions; the file's weights "
-            "refit on all questions",
+            "refit on all questions. Length: ridge regression of log(1 + output tokens), "
+            "strength by leave-one-out CV, the same way",
         },
         heldout=heldout,
         heldout_router=router,

@@ -221,7 +221,7 @@ def rule(**kw) -> Routing:
 
 def test_k_runs_the_k_best_and_says_why():
     d = choose(P, {c: est(10) for c in POOL}, rule(k=2), POOL)
-    assert d.chosen == ["a", "b"] and d.rule == "k=2"
+    assert d.chosen == ["a", "b"] and d.rule == "k=2, min_k=1"
     by = {c.id: c for c in d.candidates}
     assert by["b"].reason == "rank 2 within k=2" and by["c"].reason == "rank 3 beyond k=2"
 
@@ -247,6 +247,77 @@ def test_threshold_and_min_k():
     assert "min_k" not in by["c"].reason and not by["c"].chosen
     with pytest.raises(ValueError, match=r"no probability for candidates \['d'\]"):
         choose({k: v for k, v in P.items() if k != "d"}, costs, rule(k=1), POOL)
+    # min_k holds in k mode too: k=1 with min_k=3 runs three.
+    d = choose(P, costs, rule(k=1, min_k=3), POOL)
+    assert d.chosen == ["a", "b", "c"] and d.rule == "k=1, min_k=3"
+    assert "added (rank 3) to reach min_k=3" in {c.id: c for c in d.candidates}["c"].reason
+
+
+def modeled(models: dict[str, str], cost: float = 10.0) -> dict[str, Estimate]:
+    return {
+        c: Estimate(tokens=100, size_b=cost / 100, cost=cost, latency_s=None, model=m)
+        for c, m in models.items()
+    }
+
+
+def test_max_per_model_keeps_one_persona_of_a_model_unless_min_k_needs_more():
+    costs = modeled({"a": "smol", "b": "smol", "c": "qwen", "d": "gemma"})
+    d = choose(P, costs, rule(threshold=0.5, max_per_model=1), POOL)
+    assert d.chosen == ["a", "c"]  # b (p 0.6) is a's model's second persona
+    assert "its model 'smol' has 1 chosen already" in {c.id: c for c in d.candidates}["b"].reason
+    assert choose(P, costs, rule(k=2, max_per_model=1), POOL).chosen == ["a"]
+    # The cap gives way where min_k cannot be reached within it.
+    d = choose(P, costs, rule(k=2, min_k=4, max_per_model=1), POOL)
+    assert d.chosen == POOL and "to reach min_k=4" in {c.id: c for c in d.candidates}["b"].reason
+
+
+def test_the_choice_follows_each_questions_expected_lengths():
+    """Two candidates as likely right; each writes briefly on one question and at length on the
+    other: with a cost weight, each question runs the one that will answer it cheaply."""
+    costs = {c: Estimate(400, 1.0, 400.0, 40.0, c) for c in ("a", "b")}
+    p = {"a": 0.7, "b": 0.7}
+    cheap = rule(k=1, weights={"performance": 1.0, "cost": 0.5})
+    one = choose(p, costs, cheap, ["a", "b"], {"a": 50.0, "b": 380.0})
+    two = choose(p, costs, cheap, ["a", "b"], {"a": 390.0, "b": 40.0})
+    assert one.chosen == ["a"] and two.chosen == ["b"]
+    by = {c.id: c for c in one.candidates}
+    assert by["a"].tokens == 50.0 and by["a"].cost_share == pytest.approx(50 / 400)
+    # Never above the cap; no prediction: the cap (the old, per-config estimate).
+    capped = choose(p, costs, cheap, ["a", "b"], {"a": 9999.0, "b": None})
+    assert {c.id: c.tokens for c in capped.candidates} == {"a": 400.0, "b": 400.0}
+    fast = rule(k=1, weights={"performance": 1.0, "latency": 0.5})
+    assert choose(p, costs, fast, ["a", "b"], {"a": 390.0, "b": 40.0}).chosen == ["b"]
+
+
+def test_one_scorer_routes_questions_of_two_domains_differently():
+    """A scorer whose candidates are each strong on one direction of the embedding (a domain)
+    picks by the question, end to end through Scorer.predict and choose; a static router (the
+    same set for both) fails this."""
+    from routing.scorer_file import CandidateModel, LengthModel, Scorer
+
+    def model(axis: int, tokens_axis: int) -> CandidateModel:
+        coef = [0.0] * 4
+        coef[axis] = 6.0
+        length = [0.0] * 4
+        length[tokens_axis] = 1.0
+        return CandidateModel(
+            coef=coef,
+            intercept=-1.0,
+            prior=0.5,
+            positives=5,
+            examples=10,
+            length=LengthModel(coef=length, intercept=4.0, median_tokens=60, examples=10),
+        )
+
+    scorer = Scorer(embedder="e", dim=4, candidates={"coder": model(0, 2), "math": model(1, 3)})
+    code_q, math_q = np.array([1.0, 0.0, 0.0, 1.0]), np.array([0.0, 1.0, 1.0, 0.0])
+    costs = {c: Estimate(400, 1.0, 400.0, None, c) for c in ("coder", "math")}
+    picks = []
+    for q in (code_q, math_q):
+        lengths = scorer.predict_tokens(q)
+        picks.append(choose(scorer.predict(q), costs, rule(k=1), ["coder", "math"], lengths).chosen)
+    assert picks == [["coder"], ["math"]]
+    assert scorer.predict_tokens(code_q)["coder"] == pytest.approx(np.expm1(4.0))
 
 
 # --- posterior correction -----------------------------------------------------------------------

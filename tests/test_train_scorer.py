@@ -100,22 +100,23 @@ def test_one_class_is_refused_with_the_fix_that_helps():
         train_scorer(Outcomes(keys, ["bad"], bad[:, None], ["run"], 0), x, opts)
 
 
-def _write_run(path, rows):
+def _write_run(path, rows, tokens=None):
+    """Setting-#5 rows (sample, setting, candidate, correct); `tokens(sample, candidate)`: the
+    output tokens its agent wrote (none recorded without it)."""
     path.mkdir(parents=True, exist_ok=True)
     lines = []
     for sample, setting, cand, correct in rows:
-        lines.append(
-            json.dumps(
-                {
-                    "sample_id": sample,
-                    "dataset": "toy",
-                    "setting": setting,
-                    "single_model": cand,
-                    "correct": correct,
-                    "e2e_s": 1.0,
-                }
-            )
-        )
+        row = {
+            "sample_id": sample,
+            "dataset": "toy",
+            "setting": setting,
+            "single_model": cand,
+            "correct": correct,
+            "e2e_s": 1.0,
+        }
+        if tokens is not None and cand is not None:
+            row["agents"] = {cand: {"model": "m", "output_ids": [7] * tokens(sample, cand)}}
+        lines.append(json.dumps(row))
     (path / "results.jsonl").write_text("\n".join(lines) + "\n")
     return path
 
@@ -140,15 +141,35 @@ def test_train_scorer_command_end_to_end(tmp_path, capsys):
     x, y = _data(3)
     rows = [(f"q{i}", 5, c, bool(y[i, j])) for i in range(N) for j, c in enumerate(["a", "b"])]
     rows += [("q0", 5, "a", None), ("q1", 2, None, True)]  # a failed #5 row, a MoA row
-    run = _write_run(tmp_path / "run1", rows)
+
+    # a writes long answers where x1 is large, b about 40 tokens whatever the question.
+    def tokens(sample: str, cand: str) -> int:
+        i = int(sample[1:])
+        return int(np.exp(4.0 + 0.8 * x[i, 1])) if cand == "a" else 38 + i % 5
+
+    run = _write_run(tmp_path / "run1", rows, tokens)
     args, out = _cli(tmp_path, run)
     assert main(args, _embed(x)) == 0
     scorer = Scorer.load(out)
     assert set(scorer.candidates) == {"a", "b"} and scorer.dim == DIM
     assert scorer.trained_on["ungraded_rows_skipped"] == 1
     assert scorer.heldout["a"]["auc"] > 0.8
+    # The length model: far better than the median where length follows the query, and near
+    # the median where it does not.
+    a, b = scorer.heldout["a"], scorer.heldout["b"]
+    assert a["length_mae_tokens"] < 0.3 * a["length_mae_median"]
+    assert b["length_mae_tokens"] < 3.0
+    long_q, short_q = int(np.argmax(x[:, 1])), int(np.argmin(x[:, 1]))
+    assert scorer.predict_tokens(x[long_q])["a"] > 3 * scorer.predict_tokens(x[short_q])["a"]
+    # Refit on every graded answer: q0's failed row (the later) replaced its graded one.
+    assert scorer.candidates["a"].length.examples == scorer.candidates["a"].examples == N - 1
     printed = capsys.readouterr()
     assert "held-out" in printed.out and "refit on all 160" in printed.err
+    # Runs that recorded no output ids train no length model: routing then uses the caps.
+    bare = _write_run(tmp_path / "bare", rows)
+    args, out = _cli(tmp_path, bare)
+    assert main(args, _embed(x)) == 0
+    assert Scorer.load(out).predict_tokens(x[0]) == {"a": None, "b": None}
 
 
 def _not_embedded(texts):
