@@ -322,6 +322,8 @@ def plan_with_ilp(req: PlanRequest, evaluate: Evaluator) -> PlanReport:
         others.append(
             Scored("naive_layer_barrier", naive.plan, barrier, LAYER_BARRIER, devices=devices)
         )
+    else:
+        others.append(Scored("naive_layer_barrier", None, None, LAYER_BARRIER, naive.error))
     # One question alone: on the plan, and where nothing shares a device (the paper's layout).
     alone = [
         planner.predict(s.plan, concurrency=1, questions=ALONE_QUESTIONS).latency_median_s

@@ -5,7 +5,9 @@ leaves out what users get: a question's critical path, the gate's warm-ups, queu
 simulator scores that, so it decides; the cost model only orders the moves, most promising
 first: relieve the busiest device by adding a replica of one of its workers elsewhere, moving one
 of its workers, or removing a replica where a model has several (a move to a group of another
-size changes the worker's TP). First improvement is taken, then the moves are ordered again.
+size changes the worker's TP). The first move that improves is taken, or a removal that costs
+nothing (within MIN_GAIN of the best: fewer workers, and a way off a plateau); then the moves
+are ordered again. The best plan seen is the answer.
 
 Hand-written: a generic optimizer (simulated annealing, Optuna) would spend the same
 simulations without the cost model's order, and the budget buys only tens of them."""
@@ -27,9 +29,9 @@ from planning.types import Mode
 
 Key = tuple[str, str]  # (model, role)
 Group = tuple[tuple[str, int], ...]
-# A candidate must beat the best by this much to be taken: the simulator is deterministic, but
-# a gain smaller than this is within its error against a measured run, and chasing it spends
-# the budget.
+# A candidate must beat the current plan by this much to be taken (a removal: come within it of
+# the best): the simulator is deterministic, but a gain smaller than this is within its error
+# against a measured run, and chasing it spends the budget.
 MIN_GAIN = 0.005
 # Per busiest worker: this many of the least loaded groups are tried for each move.
 GROUPS_PER_MOVE = 2
@@ -48,7 +50,7 @@ class SearchResult:
     evaluations: int = 0
     accepted: list[str] = field(default_factory=list)  # the moves taken, in order
     seconds: float = 0.0
-    converged: bool = False  # no move improved the last plan (else the budget ran out)
+    converged: bool = False  # no move was taken from the last plan (else the budget ran out)
 
 
 def score_key(p: Prediction) -> tuple[float, float]:
