@@ -99,13 +99,13 @@ def choose(
     def capped(c: Candidate) -> bool:
         return cap is not None and per_model.get(estimates[c.id].model, 0) >= cap
 
-    if routing.k is not None:
+    if routing.k is not None:  # the k best the per-model cap allows
         rule = f"k={routing.k}"
         for c in ranked:
-            if c.rank > routing.k:
+            if sum(x.chosen for x in ranked) >= routing.k:
                 c.reason = f"rank {c.rank} beyond k={routing.k}"
             elif capped(c):
-                c.reason = f"rank {c.rank} within k={routing.k}, but {_cap_note(estimates, c, cap)}"
+                c.reason = f"rank {c.rank}, but {_cap_note(estimates, c, cap)}"
             else:
                 take(c, f"rank {c.rank} within k={routing.k}")
     else:

@@ -265,7 +265,9 @@ def test_max_per_model_keeps_one_persona_of_a_model_unless_min_k_needs_more():
     d = choose(P, costs, rule(threshold=0.5, max_per_model=1), POOL)
     assert d.chosen == ["a", "c"]  # b (p 0.6) is a's model's second persona
     assert "its model 'smol' has 1 chosen already" in {c.id: c for c in d.candidates}["b"].reason
-    assert choose(P, costs, rule(k=2, max_per_model=1), POOL).chosen == ["a"]
+    d = choose(P, costs, rule(k=2, max_per_model=1), POOL)
+    assert d.chosen == ["a", "c"]  # the two best the cap allows
+    assert {c.id: c for c in d.candidates}["d"].reason == "rank 4 beyond k=2"
     # The cap gives way where min_k cannot be reached within it.
     d = choose(P, costs, rule(k=2, min_k=4, max_per_model=1), POOL)
     assert d.chosen == POOL and "to reach min_k=4" in {c.id: c for c in d.candidates}["b"].reason
