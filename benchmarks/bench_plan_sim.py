@@ -31,7 +31,7 @@ from planning.devices import cluster
 from planning.ilp import PlacedReplica, groups
 from planning.ilp_plan import Planner, PlanRequest, plan_with_ilp
 from planning.pack import HEADROOM_MIB, PlanError
-from planning.search import SearchResult, rebalance, refine, score_key
+from planning.search import SearchResult, rebalance, score_key
 from profiling.profile_file import Profile
 from router.config_loader import load_config
 from simulation.predict import predict_plan
@@ -66,21 +66,10 @@ def reference_search(planner: Planner, samples: int, seed: int) -> dict:
             continue
         scored.append((score_key(planner.search_score(placed)), placed))
     scored.sort(key=lambda kv: kv[0], reverse=True)
-    refined: list[SearchResult] = []
-    for _, placed in scored[:2]:
-        refined.append(
-            refine(
-                placed,
-                planner.search_score(placed),
-                planner.search_score,
-                planner.work,
-                req.cluster,
-                planner.tps(),
-                req.mode,
-                req.headroom_mib,
-                REFINE_SECONDS,
-            )
-        )
+    refined: list[SearchResult] = [
+        planner.refine(placed, planner.search_score(placed), REFINE_SECONDS)
+        for _, placed in scored[:2]
+    ]
     best = max(refined, key=lambda r: score_key(r.prediction))
     final = planner.predict(planner.deployment_plan(best.placed))
     return {

@@ -243,6 +243,23 @@ class Planner:
                 out[name] = str(e)
         return out, solver
 
+    def refine(
+        self, start: list[PlacedReplica], prediction: Prediction, budget_s: float
+    ) -> SearchResult:
+        """planning.search's local search from `start` (scored `prediction`), on this request."""
+        req = self.req
+        return refine(
+            start,
+            prediction,
+            self.search_score,
+            self.work,
+            req.cluster,
+            self.tps(),
+            req.mode,
+            req.headroom_mib,
+            budget_s,
+        )
+
     def tps(self) -> dict[tuple[str, str], list[int]]:
         req = self.req
         return {
@@ -278,17 +295,7 @@ def plan_with_ilp(req: PlanRequest, evaluate: Evaluator) -> PlanReport:
     fitting = {n: p for n, p in proposals.items() if not isinstance(p, str)}
     best = max(scores, key=lambda n: score_key(scores[n]))
     budget = max(0.0, req.search_s - (time.perf_counter() - start))
-    search = refine(
-        fitting[best],
-        scores[best],
-        planner.search_score,
-        planner.work,
-        req.cluster,
-        planner.tps(),
-        req.mode,
-        req.headroom_mib,
-        budget,
-    )
+    search = planner.refine(fitting[best], scores[best], budget)
     solve_s = time.perf_counter() - start
     solver |= {
         "seconds": round(solve_s, 3),
