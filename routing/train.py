@@ -69,8 +69,8 @@ def length_metrics(model: LengthModel, x: np.ndarray, tokens: np.ndarray) -> dic
     median's (a length model is worth its place where it beats the median)."""
     predicted = np.array([model.predict(row) for row in x])
     return {
-        "length_mae_tokens": float(np.median(np.abs(predicted - tokens))),
-        "length_mae_median": float(np.median(np.abs(model.median_tokens - tokens))),
+        "length_median_error_tokens": float(np.median(np.abs(predicted - tokens))),
+        "length_median_error_of_median": float(np.median(np.abs(model.median_tokens - tokens))),
     }
 
 

@@ -157,8 +157,8 @@ def test_train_scorer_command_end_to_end(tmp_path, capsys):
     # The length model: far better than the median where length follows the query, and near
     # the median where it does not.
     a, b = scorer.heldout["a"], scorer.heldout["b"]
-    assert a["length_mae_tokens"] < 0.3 * a["length_mae_median"]
-    assert b["length_mae_tokens"] < 3.0
+    assert a["length_median_error_tokens"] < 0.3 * a["length_median_error_of_median"]
+    assert b["length_median_error_tokens"] < 3.0
     long_q, short_q = int(np.argmax(x[:, 1])), int(np.argmin(x[:, 1]))
     assert scorer.predict_tokens(x[long_q])["a"] > 3 * scorer.predict_tokens(x[short_q])["a"]
     # Refit on every graded answer: q0's failed row (the later) replaced its graded one.
