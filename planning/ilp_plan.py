@@ -24,7 +24,7 @@ from planning.pack import PlanError
 from planning.plan_file import DeploymentPlan, PlannedNode, Prediction
 from planning.planned_workers import planned_workers
 from planning.prompt_length import DEFAULT_QUESTION_TOKENS
-from planning.search import SearchResult, refine, score_key
+from planning.search import SearchResult, refine, score_key, signature
 from planning.types import SEARCH_SECONDS, Mode
 from profiling.profile_file import Profile
 from router.config import ModelSpec, TopologyConfig
@@ -169,10 +169,7 @@ class Planner:
         }
 
     def deployment_plan(
-        self,
-        placed: list[PlacedReplica],
-        cluster: Cluster | None = None,
-        solver: dict | None = None,
+        self, placed: list[PlacedReplica], cluster: Cluster | None = None
     ) -> DeploymentPlan:
         req, cluster = self.req, cluster or self.req.cluster
         hosts = req.hosts or tuple(f"127.0.0.{k + 1}" for k in range(len(cluster.nodes)))
@@ -191,7 +188,6 @@ class Planner:
                 latency_p90_s=0.0,
                 throughput_qps=0.0,
             ),
-            solver=solver or {},
         )
 
     def predict(
@@ -308,7 +304,10 @@ def plan_with_ilp(req: PlanRequest, evaluate: Evaluator) -> PlanReport:
     # Scored on predict_plan's default question count: the plan is the best of all candidates
     # there (the search ranked them on fewer questions).
     candidates: list[Scored] = []
-    for name, placed in [("searched", search.placed), *proposals.items()]:
+    # The search's plan is a candidate of its own where it moved off its start (else it is that
+    # proposal, scored below).
+    moved = signature(search.placed) != signature(fitting[best])
+    for name, placed in [*([("searched", search.placed)] if moved else []), *proposals.items()]:
         if isinstance(placed, str):
             candidates.append(Scored(name, None, None, error=placed))
             continue

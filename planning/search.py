@@ -80,7 +80,8 @@ def _name(g: Group) -> str:
     return f"{g[0][0]}:{','.join(str(i) for _, i in g)}"
 
 
-def _signature(placed: list[PlacedReplica]) -> frozenset:
+def signature(placed: list[PlacedReplica]) -> frozenset:
+    """What tells two placements apart: each replica's model, role and devices."""
     return frozenset((p.replica.model, p.replica.role, p.replica.devices) for p in placed)
 
 
@@ -172,17 +173,17 @@ def refine(
     began = time.perf_counter()
     result = SearchResult(list(start), start_prediction)
     current, now = list(start), start_prediction
-    visited = {_signature(start)}
+    visited = {signature(start)}
     while True:
         taken = False
         for move in moves(current, work, cluster, tps, mode, headroom_mib):
             if time.perf_counter() - began >= budget_s:
                 result.seconds = time.perf_counter() - began
                 return result
-            signature = _signature(move.placed)
-            if signature in visited:
+            seen = signature(move.placed)
+            if seen in visited:
                 continue
-            visited.add(signature)
+            visited.add(seen)
             try:
                 prediction = score(move.placed)
             except PlanError:  # fits the devices' memory, but not as workers start in turns
