@@ -346,3 +346,30 @@ def test_each_worker_moves_a_request_through_its_states():
     assert moves["prefill"] == [S.BOOTSTRAP, S.WAITING, S.PREFILLING, S.SENDING, S.DONE]
     assert moves["decode"] == [S.PREALLOC, S.RECEIVING, S.RUNNING, S.DONE]
     assert not prefill.reqs and not decode.reqs
+
+
+@pytest.mark.parametrize("priority_scheduling", [True, False])
+def test_decode_admits_by_priority_then_arrival(priority_scheduling):
+    """With its one running slot taken, a decode worker queues new requests in prealloc; the slot
+    goes to the highest priority first (SGLang's DecodePreallocQueue: a stable sort by priority),
+    or in arrival order without priority scheduling."""
+    from dataclasses import replace
+
+    decode, dp = pd_engine("decode", max_running=1)
+    decode.cfg = decode.sched.cfg = replace(
+        decode.cfg, enable_priority_scheduling=priority_scheduling
+    )
+    prompt = [3, 1, 4, 1, 5]
+    for i, (rid, prio) in enumerate((("busy", 0), ("low", 0), ("low2", 0), ("high", 7))):
+        req = pd_req(rid, prompt, 4, Collector(), room=80 + i)
+        req.priority = prio
+        decode.submit(req)
+        run(decode)
+    admitted = [rid for rid in ("busy", "low", "low2", "high") if dp[rid].dst is not None]
+    assert admitted == ["busy"]  # one slot: the rest wait in prealloc
+    order = []
+    for _ in range(3):
+        decode.abort(order[-1] if order else "busy")  # frees the slot
+        run(decode)
+        order.append(next(r for r in ("low", "low2", "high") if r not in order and dp[r].dst))
+    assert order == (["high", "low", "low2"] if priority_scheduling else ["low", "low2", "high"])

@@ -235,7 +235,15 @@ class Scheduler:
             return None
 
     def _admit_decode(self) -> None:
+        """Give free running slots and pages to preallocating requests, in queue order: by
+        priority first when enabled (a stable sort, so arrival order within a priority), as
+        SGLang's DecodePreallocQueue.pop_preallocated does. Under load this is where workflow
+        priority acts: an older question's aggregator takes the next free decode slot before a
+        newer question's leaves, and its prefill (held in bootstrap until decode is ready) with
+        it."""
         prealloc, receiving = self.queues[S.PREALLOC], self.queues[S.RECEIVING]
+        if self.cfg.enable_priority_scheduling and len(prealloc) > 1:
+            prealloc.sort(key=lambda r: self._priority_sign() * r.priority)
         while prealloc and len(self.running) + len(receiving) < self.cfg.max_running_requests:
             req = prealloc[0]
             if not self.pages.try_admit(req, self.kv_tokens_needed(req)):
@@ -286,10 +294,15 @@ class Scheduler:
         return sum(len(q.pages) for q in self.quarantine)
 
     # --- batches ---------------------------------------------------------------------------------
+    def _priority_sign(self) -> int:
+        """Sorting by sign * priority puts the first-served first (larger values unless
+        --schedule-low-priority-values-first)."""
+        return 1 if self.cfg.schedule_low_priority_values_first else -1
+
     def _sort_waiting(self) -> None:
-        # SGLang's fcfs + priority: by priority (larger first unless low values first), then by
-        # when the request entered the waiting queue.
-        sign = 1 if self.cfg.schedule_low_priority_values_first else -1
+        # SGLang's fcfs + priority: by priority, then by when the request entered the waiting
+        # queue.
+        sign = self._priority_sign()
         self.queues[S.WAITING] = deque(
             sorted(
                 self.waiting, key=lambda r: (sign * r.priority, r.time_stats.wait_queue_entry_time)
