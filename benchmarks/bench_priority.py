@@ -12,8 +12,17 @@ throughput (questions per second of block wall time) and two latencies per quest
 Ratios are workflow ÷ FCFS per question (the same question in the same block), medians with a
 95% bootstrap interval. Writes OUT/priority.jsonl and OUT/bench_priority.md.
 
+With `--request-rate R` the questions of a block arrive as an open loop instead, at Poisson
+times of rate R per second (seeded, the same times for both variants, as SGLang's
+`bench_serving --request-rate`), N in flight at most; "from arrival" then counts from each
+question's own arrival. A closed loop's latency is fixed by its throughput (Little's law) and a
+block that arrives at once ends with its whole work, whatever the order; arrivals spread in time
+are where an order can shorten the tail too.
+
     OMP_NUM_THREADS=1 python -m benchmarks.bench_priority --num-samples 16 --offset 800 \
         --concurrency 4,8 --out runs/bench_priority
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_priority --num-samples 16 --offset 800 \
+        --concurrency 8 --request-rate 0.06 --out runs/bench_priority_open
 """
 
 from __future__ import annotations
@@ -43,20 +52,38 @@ VARIANTS = {  # name: cluster overrides (both send the priority field)
 }
 
 
-async def run_block(url: str, cfg_name: str, questions: list[Question], n: int) -> list[dict]:
-    """The block's questions, `n` in flight; one row per question."""
+def arrival_times(count: int, rate: float | None, seed: int) -> list[float]:
+    """Seconds from a block's start at which its `count` questions arrive: all at once (closed
+    loop, `rate` None), or a Poisson process of `rate` per second, the first at 0."""
+    if rate is None:
+        return [0.0] * count
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate, size=count)
+    return [0.0, *np.cumsum(gaps[1:]).tolist()]
+
+
+async def run_block(
+    url: str, cfg_name: str, questions: list[Question], n: int, arrivals: list[float]
+) -> list[dict]:
+    """The block's questions, each arriving at its time in `arrivals` (seconds from the
+    block's start), `n` in flight at most; one row per question."""
     sem = asyncio.Semaphore(n)
     async with RouterClient(url) as client:
         t0 = time.perf_counter()
 
-        async def one(q: Question) -> dict:
+        async def one(q: Question, at: float) -> dict:
+            await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
             async with sem:
                 start = time.perf_counter()
                 await client.run_graph(build_question_prompt(q), q.id, cfg_name, "pipelined", False)
                 end = time.perf_counter()
-            return {"id": q.id, "in_flight_s": end - start, "from_arrival_s": end - t0}
+            return {
+                "id": q.id,
+                "arrival_s": at,
+                "in_flight_s": end - start,
+                "from_arrival_s": end - (t0 + at),
+            }
 
-        rows = await asyncio.gather(*(one(q) for q in questions))
+        rows = await asyncio.gather(*(one(q, at) for q, at in zip(questions, arrivals)))
         wall = time.perf_counter() - t0
     return [{**r, "block_wall_s": wall} for r in rows]
 
@@ -71,9 +98,12 @@ async def run(cluster: dict, urls: dict[str, str], cfg_name: str, questions, arg
                 for variant in order:
                     async with RouterClient(urls[variant]) as client:
                         await flush_worker_caches(client, cluster)
-                    block_rows = await run_block(urls[variant], cfg_name, qs, n)
+                    arrivals = arrival_times(len(qs), args.request_rate, seed=b)
+                    block_rows = await run_block(urls[variant], cfg_name, qs, n, arrivals)
                     for r in block_rows:
-                        r.update(concurrency=n, block=b, variant=variant)
+                        r.update(
+                            concurrency=n, block=b, variant=variant, request_rate=args.request_rate
+                        )
                         rows.append(r)
                         f.write(json.dumps(r) + "\n")
                     f.flush()
@@ -148,10 +178,19 @@ def main() -> None:
         help="questions in flight, comma-separated (default 4,8)",
     )
     ap.add_argument("--block", type=int, default=8, help="questions per block")
+    ap.add_argument(
+        "--request-rate",
+        type=float,
+        default=None,
+        help="questions per second arriving as an open loop (Poisson, seeded per block), "
+        "--concurrency in flight at most; default: a block's questions all arrive at its start",
+    )
     ap.add_argument("--out", default="runs/bench_priority")
     args = ap.parse_args()
     if args.num_samples < 1 or args.block < 1 or min(args.concurrency) < 1:
         ap.error("--num-samples, --block and every --concurrency must be at least 1")
+    if args.request_rate is not None and args.request_rate <= 0:
+        ap.error(f"--request-rate must be above 0 questions per second, got {args.request_rate}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -166,6 +205,7 @@ def main() -> None:
         last=questions[-1].id,
         concurrency=args.concurrency,
         block=args.block,
+        request_rate=args.request_rate,
         device=cpu_device(False),
     )
     text = report(rows, meta)
