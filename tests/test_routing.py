@@ -183,15 +183,23 @@ def test_pool_and_routing_errors_name_the_file_and_json_path(tmp_path, edit, pat
     assert words in err.message, str(err)
 
 
-def test_shipped_routed_configs_load_and_the_fixture_covers_the_cpu_pool():
+def test_shipped_routed_configs_load_and_the_cpu_one_ships_its_scorer():
     cpu = load_config("routed_pool_cpu")
     assert len(cpu.pool_ids) >= 4 and len({cpu.agent(c).model for c in cpu.pool_ids}) == 3
     gpu = load_config("routed_pool_qwen3_gpu")
     assert {gpu.agent(c).model for c in gpu.pool_ids} == {"qwen3-4b", "qwen3-8b", "qwen3-32b"}
+    # The scorer it names is in the repository (issue 30: it ran on no fresh clone before),
+    # resolved from any working directory, and has a model for every candidate.
+    assert not Path(cpu.routing.scorer).is_absolute()
+    assert (ROOT / cpu.routing.scorer).is_file()
+    scorer = load_scorer(cpu, "t")
+    assert set(scorer.candidates) == set(cpu.pool_ids)
+    assert scorer.embedder == cpu.early_exit.embedding_model
+    # The fixture covers the pool too (it keeps the candidate the pool left out).
     routed = cpu.model_copy(
         update={"routing": cpu.routing.model_copy(update={"scorer": str(FIXTURE_SCORER)})}
     )
-    assert set(load_scorer(routed, "t").candidates) == set(cpu.pool_ids)
+    assert set(load_scorer(routed, "t").candidates) >= set(cpu.pool_ids)
 
 
 def test_a_missing_scorer_or_candidate_is_named(tmp_path):
