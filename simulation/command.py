@@ -60,6 +60,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "that a cluster exits once min_completed of its agents completed",
     )
     p.add_argument(
+        "--workflow-priority",
+        action="store_true",
+        help="the router's workflow_priority with workers scheduling by priority: requests "
+        "ranked by their question's start, the oldest first (default: FCFS, the router's)",
+    )
+    p.add_argument(
         "--validate",
         nargs="+",
         metavar="RUN_DIR",
@@ -86,9 +92,10 @@ def main(args: argparse.Namespace) -> int:
         plan = DeploymentPlan.load(args.plan) if args.plan else None
         deployment = deployment_for(plan, configs, profile)
         rows = trace_rows(args.trace) if args.trace else None
+        order = ", workflow priority" if args.workflow_priority else ""
         table = Table(
             title=f"Simulated: {configs[0].name} on {deployment.description} "
-            f"({profile.device.name}, {profile.backend})",
+            f"({profile.device.name}, {profile.backend}{order})",
             min_width=WIDTH,
         )
         for col in (
@@ -113,6 +120,7 @@ def main(args: argparse.Namespace) -> int:
                     rows,
                     rate_qps=args.rate,
                     exit_rate=args.exit_rate,
+                    workflow_priority=args.workflow_priority,
                 )
                 b = out.breakdown()
                 table.add_row(

@@ -78,12 +78,22 @@ def simulate_setting(
     rate_qps: float | None = None,
     exit_rate: float | None = None,
     question_tokens: int = DEFAULT_QUESTION_TOKENS,
+    workflow_priority: bool = False,
 ) -> Outcome:
+    """`workflow_priority`: the deployment's workers schedule by priority and the router ranks
+    requests by question (router/priority.py); else FCFS, the router's default."""
     s = SETTINGS[setting]
     cfg = config_for_setting(configs, s)
     asked = workloads(cfg, s, questions, rows, question_tokens)
     work = [(q, s.number, s.mode, s.early_exit) for q in asked]
-    sim = Simulation(configs, profile, deployment, exit_rate=exit_rate)
+    sim = Simulation(
+        configs,
+        profile,
+        deployment,
+        exit_rate=exit_rate,
+        priority_scheduling=workflow_priority,
+        workflow_priority=workflow_priority,
+    )
     return sim.run(work, concurrency=concurrency, rate_qps=rate_qps)
 
 

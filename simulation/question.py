@@ -44,6 +44,9 @@ class QuestionRun:
         self.cfg = sim.configs[work.config]
         self.early_exit = early_exit and (self.cfg.early_exit.enabled or sim.exit_rate is not None)
         self.rng = rng
+        # Its requests' rank at the workers and gates: the order questions started under
+        # workflow priority, else 0 for all (FCFS).
+        self.rank = next(sim.question_order) if sim.workflow_priority else 0
         self.t0 = self.env.now
         self.state = {a: AgentState() for a in work.agents}
         self.dropped: dict[str, set[str]] = {a: set() for a in work.agents}
@@ -173,10 +176,10 @@ class QuestionRun:
         gate.hold()
         self.sim.router.request()
         # The prefill starts only once the decode worker admitted the request (PD bootstrap).
-        slot = decoder.slots.request()
+        slot = decoder.slots.request(priority=self.rank)
         yield slot
         if not st.killed:  # an aborted request leaves the queue
-            job = prefill.submit(prompt, critical=True)
+            job = prefill.submit(prompt, critical=True, rank=self.rank)
             yield job.done
             st.trace["prompt_tokens"], st.trace["cached_tokens"] = length(prompt), job.cached
         if not st.killed:
@@ -211,7 +214,8 @@ class QuestionRun:
         complete."""
         policy = self.cfg.incremental_prefill
         warmed: Prompt | None = None
-        key = (0, next(self.sim.warm_order))  # FCFS: successors in the order they started
+        # The router's gate order: its question's rank, then the order successors started.
+        key = (self.rank, next(self.sim.warm_order))
         while True:
             ready, complete = self.prompt(aid)
             if complete:
@@ -237,7 +241,7 @@ class QuestionRun:
                 yield self._ends[aid].wait() | gate.queue(key)
                 continue
             self.sim.router.request()
-            job = prefill.submit(chunk, critical=False)
+            job = prefill.submit(chunk, critical=False, rank=self.rank)
             yield job.done
             gate.leave()
             warmed = chunk

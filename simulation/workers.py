@@ -27,6 +27,7 @@ class PrefillJob:
     critical: bool
     done: simpy.Event
     seq: int = 0
+    rank: int = 0  # its question's place under workflow priority (0 for all under FCFS)
     cached: int | None = None  # set when the job is admitted to a batch
     computed: int = 0
     queued_s: float = 0.0  # time in the waiting queue (queueing in the breakdown)
@@ -53,10 +54,13 @@ class PrefillWorker:
         self._seq = 0
         env.process(self._loop())
 
-    def submit(self, prompt: Prompt, critical: bool) -> PrefillJob:
-        """Queue a prefill; its `done` event fires once its whole prompt is computed."""
+    def submit(self, prompt: Prompt, critical: bool, rank: int = 0) -> PrefillJob:
+        """Queue a prefill; its `done` event fires once its whole prompt is computed. Under
+        priority scheduling critical jobs go first, then the lower `rank`, then arrival."""
         self._seq += 1
-        job = PrefillJob(prompt, critical, self.env.event(), self._seq, queued_s=self.env.now)
+        job = PrefillJob(
+            prompt, critical, self.env.event(), self._seq, rank=rank, queued_s=self.env.now
+        )
         self.waiting.append(job)
         if not self._arrived.triggered:
             self._arrived.succeed()
@@ -71,7 +75,7 @@ class PrefillWorker:
             batch.append((job, n))
             budget -= n
         if self.priority:
-            self.waiting.sort(key=lambda j: (not j.critical, j.seq))
+            self.waiting.sort(key=lambda j: (not j.critical, j.rank, j.seq))
         while budget > 0 and self.waiting:
             job = self.waiting.pop(0)
             # SGLang computes at least the last token even of a fully cached prompt.
@@ -135,9 +139,10 @@ class DecodeWorker:
         on_tokens: Callable[[int], None] | None = None,
     ) -> None:
         self.env, self.name, self.profile, self.device = env, name, profile, device
-        # Requests admitted (running or receiving KV), in arrival order; a request takes one
-        # before its prefill starts and holds it until it ends.
-        self.slots = simpy.Resource(env, capacity=max_running_requests)
+        # Requests admitted (running or receiving KV); a request takes one before its prefill
+        # starts and holds it until it ends. Requested with its question's rank: the lowest
+        # first, then arrival (all 0 under FCFS), as the decode worker's prealloc queue.
+        self.slots = simpy.PriorityResource(env, capacity=max_running_requests)
         self.on_tokens = on_tokens
         self.running: dict[Sequence, None] = {}  # in the batch (a set in joining order)
         self._joining: list[Sequence] = []  # started: join at the next step
