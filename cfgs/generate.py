@@ -518,9 +518,10 @@ def main() -> None:
         "routed_pool_cpu",
         f"CPU, routed (issues 20, 30): a pool of {n} candidates, SmolLM2-135M, Gemma-3-270M "
         "and Qwen2.5-Coder-0.5B × an answer-first and a step-by-step persona (not Gemma's "
-        "answer-first: right on none of issue 30's pilot questions), greedy, 256 tokens; routing runs the 3 best per question "
-        f"(scorer: {CPU_POOL_SCORER}, trained by the README's moa-pd train-scorer command); "
-        "aggregator Qwen2.5-Coder-0.5B, the pool's strongest model.",
+        "answer-first: right on none of issue 30's pilot questions), greedy, 256 tokens; "
+        f"routing runs the 3 best per question (scorer: {CPU_POOL_SCORER}, trained by the "
+        "README's moa-pd train-scorer command); aggregator Qwen2.5-Coder-0.5B, the pool's "
+        "strongest model.",
         pool_models,
         cpu_pool,
         "qwen2.5-coder",
