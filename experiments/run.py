@@ -54,6 +54,12 @@ class RunSpec:
     offset: int = 0
 
 
+# At --concurrency N > 1, settings interleave per block of this many × N questions: two waves,
+# so a block has questions that start as others end (what a server under load sees), not only
+# N that start together.
+BLOCK_PER_CONCURRENCY = 2
+
+
 class FailFast(RuntimeError):
     """The run stopped early: --fail-fast saw a failed sample, or the deployment is down."""
 
@@ -374,11 +380,22 @@ def _schedule(
 
     One question at a time: settings interleave per question (q1: #1 #2 #3 #4, q2: ...), so a
     drift in machine speed hits every setting alike and the latency ratios are paired. With
-    --concurrency > 1 a flush would disturb the questions in flight, so each setting runs as one
-    block instead.
+    --concurrency N > 1 a flush would disturb the questions in flight, so settings interleave
+    per block of BLOCK_PER_CONCURRENCY × N questions instead, each block run through every
+    setting with N in flight, the order turning by one setting per block (block 0: #2 #3,
+    block 1: #3 #2, ...): no setting always runs first, or on a machine warmer or slower than
+    the others'.
     """
     if spec.concurrency > 1:
-        return [(s, todo[s.number]) for s in spec.settings if todo[s.number]]
+        size = BLOCK_PER_CONCURRENCY * spec.concurrency
+        out = []
+        for b, start in enumerate(range(0, len(questions), size)):
+            ids = {q.id for q in questions[start : start + size]}
+            turn = b % len(spec.settings)
+            for s in spec.settings[turn:] + spec.settings[:turn]:
+                if batch := [q for q in todo[s.number] if q.id in ids]:
+                    out.append((s, batch))
+        return out
     pending = {s.number: {q.id for q in todo[s.number]} for s in spec.settings}
     return [(s, [q]) for q in questions for s in spec.settings if q.id in pending[s.number]]
 

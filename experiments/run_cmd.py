@@ -51,7 +51,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="which settings, e.g. 2,3 (default the paper's four; 5: single model, "
         "6: tree + routing, pipelined + EE (needs --routed-config), 7: tree blocking by layer)",
     )
-    p.add_argument("--concurrency", type=int, default=1, help="questions in flight at once")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=1,
+        help="questions in flight at once (N > 1: settings interleave per block of 2N "
+        "questions, the order turning per block)",
+    )
     p.add_argument("--out", required=True, help="run folder: results.jsonl, summary, figures")
     p.add_argument("--cluster", help="cluster.json of a running deployment (else one is started)")
     p.add_argument("--backend", choices=["torch", "sglang"], default="torch")

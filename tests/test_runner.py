@@ -491,3 +491,28 @@ async def test_a_router_without_stats_is_asked_once_and_rows_have_no_load(tmp_pa
     assert len(rows) == 2 and all(r.ok and r.router is None for r in rows)
     assert all(r.router_cpu_s is None for r in rows)
     assert sum("stats" in c for c in calls) == 1
+
+
+def test_under_concurrency_settings_interleave_by_blocks_in_turning_order(tmp_path):
+    """--concurrency 2, 10 questions, #2 and #3: blocks of 4 questions (two waves of 2), each
+    through both settings, #2 first in blocks 0 and 2, #3 first in block 1; at concurrency 1
+    the settings interleave per question."""
+    from experiments.datasets import Question
+    from experiments.run import BLOCK_PER_CONCURRENCY, _schedule
+
+    qs = [Question(id=f"q{i}", question="?", answer="1", dataset="gsm8k") for i in range(10)]
+    spec = RunSpec("tree_3_1_cpu", None, "gsm8k", 10, parse_settings("2,3"), 2, tmp_path)
+    todo = {2: qs, 3: [q for q in qs if q.id != "q5"]}  # q5's #3 row is done (--resume)
+    got = [(s.number, [q.id for q in batch]) for s, batch in _schedule(spec, qs, todo)]
+    assert BLOCK_PER_CONCURRENCY == 2
+    assert got == [
+        (2, ["q0", "q1", "q2", "q3"]),
+        (3, ["q0", "q1", "q2", "q3"]),
+        (3, ["q4", "q6", "q7"]),
+        (2, ["q4", "q5", "q6", "q7"]),
+        (2, ["q8", "q9"]),
+        (3, ["q8", "q9"]),
+    ]
+    spec.concurrency = 1
+    got = [(s.number, [q.id for q in batch]) for s, batch in _schedule(spec, qs[:2], todo)]
+    assert got == [(2, ["q0"]), (3, ["q0"]), (2, ["q1"]), (3, ["q1"])]
