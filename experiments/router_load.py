@@ -7,8 +7,8 @@ question (plus its background work: health probes of every process twice a secon
 stats requests), so `window_values` gives per-row numbers. At higher concurrency the windows of a setting's questions overlap, and each
 holds the others' work too: `setting_load` merges a setting's windows into disjoint spans and
 divides the spans' total by the questions in them. That is right while one setting runs at a time
-(the runner runs each setting as one block at concurrency > 1); overlapping settings would share
-their spans' load.
+(at concurrency > 1 the runner runs the settings in blocks, one setting at a time);
+overlapping settings would share their spans' load.
 """
 
 from __future__ import annotations
