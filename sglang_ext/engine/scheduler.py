@@ -243,7 +243,8 @@ class Scheduler:
         it."""
         prealloc, receiving = self.queues[S.PREALLOC], self.queues[S.RECEIVING]
         if self.cfg.enable_priority_scheduling and len(prealloc) > 1:
-            prealloc.sort(key=lambda r: self._priority_sign() * r.priority)
+            sign = self._priority_sign()
+            prealloc.sort(key=lambda r: sign * r.priority)
         while prealloc and len(self.running) + len(receiving) < self.cfg.max_running_requests:
             req = prealloc[0]
             if not self.pages.try_admit(req, self.kv_tokens_needed(req)):
