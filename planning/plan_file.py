@@ -46,6 +46,10 @@ class Prediction(_Strict):
     latency_median_s: float
     latency_p90_s: float
     throughput_qps: float  # questions per second
+    # The simulator's: the fraction of the run each device computed, by the simulator's device
+    # names ("node0:gpu1"; a TP group "node0:gpu0,1"; "node0:cpu" for unpinned cores). The local
+    # search relieves the busiest first (planning.search); empty where nothing simulated it.
+    device_utilization: dict[str, float] = {}
 
 
 class DeploymentPlan(_Strict):

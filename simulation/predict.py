@@ -125,8 +125,9 @@ def predict_plan(
     if concurrency < 1 or questions < 1:
         raise ValueError("concurrency and questions must be at least 1")
     rows = trace_rows(trace) if trace is not None else None
+    deployment = deployment_for(plan, configs, profile)
     out = simulate_setting(
-        deployment_for(plan, configs, profile),
+        deployment,
         configs,
         profile,
         setting,
@@ -140,4 +141,9 @@ def predict_plan(
         latency_median_s=out.median_s,
         latency_p90_s=out.p90_s,
         throughput_qps=out.throughput_qps,
+        device_utilization={
+            d: round(busy / (out.makespan_s * deployment.devices[d]), 4)
+            for d, busy in out.device_busy.items()
+            if out.makespan_s > 0
+        },
     )

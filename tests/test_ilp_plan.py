@@ -16,7 +16,7 @@ from planning.ilp import PlacedReplica, solve
 from planning.ilp_plan import PlanRequest, plan_with_ilp
 from planning.pack import PlanError, place
 from planning.plan_file import DeploymentPlan, Prediction
-from planning.search import rebalance, refine
+from planning.search import WINDOW, moves, rebalance, refine, signature, simulated_loads
 from planning.types import GPU, MIB, WorkerDemand
 from router.config_loader import load_config
 from simulation.predict import predict_plan
@@ -263,6 +263,60 @@ def test_the_search_takes_moves_that_the_score_rewards_until_none_does(tree, pro
     flat = Prediction(concurrency=8, latency_median_s=1, latency_p90_s=1, throughput_qps=1)
     shed = refine(doubled, flat, lambda placed: flat, work, c, tps, "replicate", HEADROOM, 60)
     assert len(shed.placed) == len(work) and all(a.startswith("remove") for a in shed.accepted)
+
+
+def test_the_simulated_utilization_orders_the_moves_and_the_best_of_a_window_is_taken(
+    tree, profile
+):
+    """The simulator's device utilization, not the cost model's round, says which device to
+    relieve and where to: with GPU 3 idle, the first move that is not a removal takes work off
+    the busiest GPU onto it. Of the improving moves, the best of the first WINDOW is taken."""
+    assert simulated_loads(
+        {"node0:gpu0,1": 0.5, "node0:gpu3": 0.25, "node1:cpu": 0.75},
+        cluster("cpu", "2x16GiB", 2, None, "cpu"),
+    ) == {
+        ("node0", 0): 0.5,
+        ("node0", 1): 0.5,
+        ("node0", 3): 0.25,
+        ("node1", 0): 0.75,
+        ("node1", 1): 0.75,
+    }
+    work = work_of(tree, profile, 8)
+    c = cluster("gpu", "4x1000GiB", 1, None, "H200")
+    placed = [
+        PlacedReplica(
+            p.replica.__class__(p.replica.model, p.replica.role, (("node0", i % 3),), 1.0),
+            p.pool_tokens,
+        )
+        for i, p in enumerate(baselines.naive(work, c, HEADROOM))
+    ]
+    busy = {"node0:gpu0": 0.2, "node0:gpu1": 0.9, "node0:gpu2": 0.4}
+    tps = {k: [1] for k in work}
+    ordered = list(moves(placed, work, c, tps, "replicate", HEADROOM, busy))
+    first = next(m for m in ordered if not m.what.startswith("remove"))
+    assert "node0:1" in first.what and first.what.endswith("node0:3")
+    # Without a simulation the cost model orders them (another order here).
+    assert [m.what for m in moves(placed, work, c, tps, "replicate", HEADROOM)] != [
+        m.what for m in ordered
+    ]
+
+    # A score that rewards every move but a removal a little, the second in order the most: the
+    # search takes the best of the first WINDOW improving moves, not the first.
+    kept = [m for m in ordered if not m.what.startswith("remove")]
+    gain = {signature(m.placed): 1.10 for m in kept} | {signature(kept[1].placed): 1.20}
+
+    def score(cand):
+        q = gain.get(signature(cand), 0.5) if signature(cand) != signature(placed) else 1.0
+        return Prediction(
+            concurrency=8,
+            latency_median_s=8 / q,
+            latency_p90_s=8 / q,
+            throughput_qps=q,
+            device_utilization=busy,
+        )
+
+    result = refine(placed, score(placed), score, work, c, tps, "replicate", HEADROOM, 60)
+    assert WINDOW > 1 and result.accepted[0] == kept[1].what
 
 
 def test_a_cpu_plan_puts_workers_on_cores_sharing_ram():

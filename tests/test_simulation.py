@@ -217,6 +217,8 @@ def test_predict_plan_default_deployment_and_errors():
     assert pred.latency_p90_s == pytest.approx(pair_e2e)
     assert pred.throughput_qps == pytest.approx(2 / pair_e2e)
     assert e2e < pair_e2e < 2 * e2e
+    # Each device's utilization comes with it (the planner's search orders its moves by it).
+    assert pred.device_utilization and all(0 < u <= 1 for u in pred.device_utilization.values())
     with pytest.raises(ValueError, match="dense-config"):
         predict_plan(None, [cfg], profile(), concurrency=1, setting=1)
 
