@@ -242,6 +242,8 @@ class Scheduler:
         newer question's leaves, and its prefill (held in bootstrap until decode is ready) with
         it."""
         prealloc, receiving = self.queues[S.PREALLOC], self.queues[S.RECEIVING]
+        if not prealloc or len(self.running) + len(receiving) >= self.cfg.max_running_requests:
+            return  # no slot free: nothing to order (this runs every step)
         if self.cfg.enable_priority_scheduling and len(prealloc) > 1:
             sign = self._priority_sign()
             prealloc.sort(key=lambda r: sign * r.priority)
