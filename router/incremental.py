@@ -119,22 +119,50 @@ class WarmupLoop:
             warmed = chunk
 
     async def _wait(self, seen: int, for_gate: bool) -> None:
-        """Until the prompt can grow (an APC change) or, when `for_gate`, the gate changes."""
-        waits = [asyncio.ensure_future(self._apc.wait_change(seen, self._wait_s))]
-        if for_gate:
-            waits.append(asyncio.ensure_future(self._gate.wait_change()))
+        """Until what the loop does next can change. Waiting for tokens (not `for_gate`): any
+        progress of this successor's precursors. Queued at the gate (`for_gate`): the gate's
+        change, or a precursor ending, failing or dropped (the prompt may be complete now); new
+        tokens alone wait, since what a warm-up carries is read when the gate lets it through.
+
+        Other agents' tokens wake nothing. A session's APC changes with every token of every
+        agent, and recomputing each successor's prompt on each (re-tokenizing another family's
+        text) was the pipelined router's extra CPU under load, also where the gate let no
+        warm-up through (issue 28: `tree_9_3_1_mixed_cpu` at concurrency 4). TimeoutError when
+        the precursors make no progress for `precursor_wait_s`."""
+        tokens, ends = self._prompt.progress()
+        clock = asyncio.get_running_loop()
+        deadline = clock.time() + self._wait_s
+        gate = asyncio.ensure_future(self._gate.wait_change()) if for_gate else None
         try:
-            done, _ = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+            while True:
+                change = asyncio.ensure_future(
+                    self._apc.wait_change(seen, max(0.0, deadline - clock.time()))
+                )
+                try:
+                    await asyncio.wait(
+                        [change] if gate is None else [change, gate],
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    change.cancel()
+                if gate is not None and gate.done():
+                    return
+                if isinstance(change.exception(), TimeoutError):
+                    raise TimeoutError(
+                        f"agent '{self._prompt.successor}' waited {self._wait_s:g}s for "
+                        f"precursors {self._prompt.kept()} without progress"
+                    )
+                seen = change.result()  # SessionReleased and the like surface here
+                now_tokens, now_ends = self._prompt.progress()
+                if now_ends != ends:
+                    return
+                if now_tokens != tokens:
+                    if gate is None:
+                        return
+                    tokens, deadline = now_tokens, clock.time() + self._wait_s
         finally:
-            for w in waits:
-                w.cancel()
-        if waits[0] in done and isinstance(waits[0].exception(), TimeoutError):
-            raise TimeoutError(
-                f"agent '{self._prompt.successor}' waited {self._wait_s:g}s for "
-                f"precursors {self._prompt.kept()} without progress"
-            )
-        for w in done:
-            w.result()  # SessionReleased and the like surface here
+            if gate is not None:
+                gate.cancel()
 
     async def _warm(self, ids: list[int]) -> None:
         rid = f"{self._rid_prefix}{self._trace.warmups}"

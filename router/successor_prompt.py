@@ -96,6 +96,19 @@ class SuccessorPrompt:
                     "before it finished"
                 )
 
+    def progress(self) -> tuple[int, tuple]:
+        """A cheap fingerprint of what `state()` reads: (the precursors' output tokens so far,
+        all together; everything else that can change the prompt: each precursor ended, failed
+        or killed, the dropped slots, the routing gate). The warm-up loop recomputes the prompt
+        only when it changed."""
+        answers = [self._apc[s] for s in self.pieces.slots]
+        ends = (
+            tuple((a.done, a.error is not None, a.killed) for a in answers),
+            tuple(s in self._dropped for s in self.pieces.slots),
+            None if self._gate is None else (self._gate.is_open, tuple(self._gate.last)),
+        )
+        return sum(len(a.output_ids) for a in answers), ends
+
     def state(self) -> PromptState:
         """The longest prefix determinable now; complete when every kept slot is done."""
         self.check_precursors()

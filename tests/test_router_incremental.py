@@ -217,3 +217,98 @@ async def test_no_warmup_starts_while_a_critical_prefill_holds_the_gate(
             assert trace.warmups == 1 and len(ids) > trace.warmup_lengths[0]
     finally:
         await cluster.close()
+
+
+async def test_the_loop_recomputes_its_prompt_only_when_its_own_precursors_change(
+    smollm_tokenizer_path,  # noqa: F811
+):
+    """Under load a session's APC changes with every token of every agent: another agent's
+    tokens must not make a successor rebuild its prompt, nor its own precursors' tokens while
+    it waits at a closed gate (what a warm-up carries is read when the gate opens)."""
+    cluster = await start_fake_cluster(smollm_tokenizer_path)
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            tok = ctx.tokenizer("smollm2")
+            apc = AnswerCache(["a", "b", "c", "other"])
+            pieces = build_pieces(tok, AGG, "q?")
+            prompt = SuccessorPrompt(
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
+            )
+            builds = 0
+            state = prompt.state
+
+            def counted():
+                nonlocal builds
+                builds += 1
+                return state()
+
+            prompt.state = counted
+            dep = ctx.deployments["smollm2"]
+            target = dep.pick_prefill()
+            trace = AgentTrace(model="smollm2", layer=2)
+            policy = IncrementalPrefill(min_chunk_tokens=1)
+            loop = WarmupLoop(prompt, apc, dep, target, policy, trace, Clock(), "w-", 5.0)
+            task = asyncio.create_task(loop.run())
+            for _ in range(100):  # the static prefix goes first; then it waits for tokens
+                await asyncio.sleep(0.01)
+                if trace.warmups == 1:
+                    break
+            await asyncio.sleep(0.02)
+            before = builds
+            for t in range(30):  # another agent's tokens: no rebuild
+                apc.append("other", [5 + t], [0.0], "")
+                await asyncio.sleep(0.002)
+            assert builds == before
+            held = hold([dep.gate(target)])
+            apc.append("a", [1000], [0.0], "")  # its own token: one rebuild, then the gate
+            await asyncio.sleep(0.02)
+            queued = builds
+            assert queued == before + 1 and trace.warmups == 1
+            for t in range(1, 30):  # more of its own tokens while the gate is closed
+                apc.append("a", [1000 + t], [0.0], "")
+                await asyncio.sleep(0.002)
+            assert builds == queued and trace.warmups == 1
+            held.release()  # one warm-up with all 30 tokens
+            for _ in range(100):
+                await asyncio.sleep(0.01)
+                if trace.warmups == 2:
+                    break
+            assert trace.warmup_lengths == [len(pieces.head), len(pieces.head) + 30]
+            for agent in "abc":  # ending precursors complete the prompt
+                apc.finish(agent)
+            ids = await asyncio.wait_for(task, 5)
+            assert ids[: len(pieces.head) + 30] == prompt.state().ids[: len(pieces.head) + 30]
+    finally:
+        await cluster.close()
+
+
+async def test_a_closed_gate_does_not_time_out_while_precursors_progress(
+    smollm_tokenizer_path,  # noqa: F811
+):
+    """The precursor timeout counts from the precursors' last progress, also at a closed gate;
+    with no progress at all it fires."""
+    cluster = await start_fake_cluster(smollm_tokenizer_path)
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            tok = ctx.tokenizer("smollm2")
+            apc = AnswerCache(["a", "b", "c"])
+            pieces = build_pieces(tok, AGG, "q?")
+            prompt = SuccessorPrompt(
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
+            )
+            dep = ctx.deployments["smollm2"]
+            target = dep.pick_prefill()
+            trace = AgentTrace(model="smollm2", layer=2)
+            held = hold([dep.gate(target)])
+            loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 0.2)
+            task = asyncio.create_task(loop.run())
+            for t in range(10):  # 0.5 s of progress, each step within the 0.2 s timeout
+                apc.append("a", [1000 + t], [0.0], "")
+                await asyncio.sleep(0.05)
+            assert not task.done()
+            with pytest.raises(TimeoutError, match=r"waited 0.2s for precursors"):
+                await asyncio.wait_for(task, 2)
+            held.release()
+            assert trace.warmups == 0
+    finally:
+        await cluster.close()
