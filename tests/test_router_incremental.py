@@ -4,7 +4,9 @@ warm-up a cache hit on the one before, an empty static prefix, warm-ups that fai
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
+from types import SimpleNamespace
 
 import pytest
 
@@ -24,6 +26,33 @@ from tests.test_router_template import AGG
 
 # Any new token is worth a warm-up: the self-clocking alone decides how much each one carries.
 ADAPTIVE = IncrementalPrefill(min_chunk_tokens=1)
+
+
+@contextlib.asynccontextmanager
+async def one_successor(tok_path, agents=("a", "b", "c")):
+    """A fake cluster and one successor "agg" of precursors a, b, c (an APC holding `agents`),
+    its prefill target picked: what a WarmupLoop needs."""
+    cluster = await start_fake_cluster(tok_path)
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            tok = ctx.tokenizer("smollm2")
+            apc = AnswerCache(list(agents))
+            pieces = build_pieces(tok, AGG, "q?")
+            prompt = SuccessorPrompt(
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
+            )
+            dep = ctx.deployments["smollm2"]
+            yield SimpleNamespace(
+                cluster=cluster,
+                apc=apc,
+                pieces=pieces,
+                prompt=prompt,
+                dep=dep,
+                target=dep.pick_prefill(),
+                trace=AgentTrace(model="smollm2", layer=2),
+            )
+    finally:
+        await cluster.close()
 
 
 def test_next_warmup_policies():
@@ -181,42 +210,30 @@ async def test_adaptive_min_chunk_bounds_the_number_of_warmups(smollm_tokenizer_
 async def test_no_warmup_starts_while_a_critical_prefill_holds_the_gate(
     smollm_tokenizer_path,  # noqa: F811
 ):
-    cluster = await start_fake_cluster(smollm_tokenizer_path)
-    try:
-        async with RouterContext.open(cluster.spec) as ctx:
-            tok = ctx.tokenizer("smollm2")
-            apc = AnswerCache(["a", "b", "c"])
-            pieces = build_pieces(tok, AGG, "q?")
-            prompt = SuccessorPrompt(
-                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
-            )
-            dep = ctx.deployments["smollm2"]
-            target = dep.pick_prefill()
-            trace = AgentTrace(model="smollm2", layer=2)
-            loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 5.0)
-            held = hold([dep.gate(target)])
-            task = asyncio.create_task(loop.run())
-            for t in range(20):
-                apc.append("a", [1000 + t], [0.0], "")
-                await asyncio.sleep(0.01)
-            assert trace.warmups == 0 and not cluster.prefills[0].warmups()
-            held.release()
-            for _ in range(100):  # the gate opened: everything so far goes in one warm-up
-                await asyncio.sleep(0.01)
-                if trace.warmups:
-                    break
-            assert trace.warmup_lengths == [len(pieces.head) + 20]
-            # Held again while all precursors finish: the completed prompt supersedes the
-            # warm-ups that waited, and none is sent.
-            held = hold([dep.gate(target)])
-            for agent in "abc":
-                apc.append(agent, [7], [0.0], "")
-                apc.finish(agent)
-            ids = await asyncio.wait_for(task, 5)
-            held.release()
-            assert trace.warmups == 1 and len(ids) > trace.warmup_lengths[0]
-    finally:
-        await cluster.close()
+    async with one_successor(smollm_tokenizer_path) as t:
+        apc, dep, target, trace = t.apc, t.dep, t.target, t.trace
+        loop = WarmupLoop(t.prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 5.0)
+        held = hold([dep.gate(target)])
+        task = asyncio.create_task(loop.run())
+        for i in range(20):
+            apc.append("a", [1000 + i], [0.0], "")
+            await asyncio.sleep(0.01)
+        assert trace.warmups == 0 and not t.cluster.prefills[0].warmups()
+        held.release()
+        for _ in range(100):  # the gate opened: everything so far goes in one warm-up
+            await asyncio.sleep(0.01)
+            if trace.warmups:
+                break
+        assert trace.warmup_lengths == [len(t.pieces.head) + 20]
+        # Held again while all precursors finish: the completed prompt supersedes the
+        # warm-ups that waited, and none is sent.
+        held = hold([dep.gate(target)])
+        for agent in "abc":
+            apc.append(agent, [7], [0.0], "")
+            apc.finish(agent)
+        ids = await asyncio.wait_for(task, 5)
+        held.release()
+        assert trace.warmups == 1 and len(ids) > trace.warmup_lengths[0]
 
 
 async def test_the_loop_recomputes_its_prompt_only_when_its_own_precursors_change(
@@ -225,61 +242,49 @@ async def test_the_loop_recomputes_its_prompt_only_when_its_own_precursors_chang
     """Under load a session's APC changes with every token of every agent: another agent's
     tokens must not make a successor rebuild its prompt, nor its own precursors' tokens while
     it waits at a closed gate (what a warm-up carries is read when the gate opens)."""
-    cluster = await start_fake_cluster(smollm_tokenizer_path)
-    try:
-        async with RouterContext.open(cluster.spec) as ctx:
-            tok = ctx.tokenizer("smollm2")
-            apc = AnswerCache(["a", "b", "c", "other"])
-            pieces = build_pieces(tok, AGG, "q?")
-            prompt = SuccessorPrompt(
-                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
-            )
-            builds = 0
-            state = prompt.state
+    async with one_successor(smollm_tokenizer_path, ("a", "b", "c", "other")) as t:
+        apc, dep, target, trace, prompt = t.apc, t.dep, t.target, t.trace, t.prompt
+        head = len(t.pieces.head)
+        builds = 0
+        state = prompt.state
 
-            def counted():
-                nonlocal builds
-                builds += 1
-                return state()
+        def counted():
+            nonlocal builds
+            builds += 1
+            return state()
 
-            prompt.state = counted
-            dep = ctx.deployments["smollm2"]
-            target = dep.pick_prefill()
-            trace = AgentTrace(model="smollm2", layer=2)
-            policy = IncrementalPrefill(min_chunk_tokens=1)
-            loop = WarmupLoop(prompt, apc, dep, target, policy, trace, Clock(), "w-", 5.0)
-            task = asyncio.create_task(loop.run())
-            for _ in range(100):  # the static prefix goes first; then it waits for tokens
-                await asyncio.sleep(0.01)
-                if trace.warmups == 1:
-                    break
-            await asyncio.sleep(0.02)
-            before = builds
-            for t in range(30):  # another agent's tokens: no rebuild
-                apc.append("other", [5 + t], [0.0], "")
-                await asyncio.sleep(0.002)
-            assert builds == before
-            held = hold([dep.gate(target)])
-            apc.append("a", [1000], [0.0], "")  # its own token: one rebuild, then the gate
-            await asyncio.sleep(0.02)
-            queued = builds
-            assert queued == before + 1 and trace.warmups == 1
-            for t in range(1, 30):  # more of its own tokens while the gate is closed
-                apc.append("a", [1000 + t], [0.0], "")
-                await asyncio.sleep(0.002)
-            assert builds == queued and trace.warmups == 1
-            held.release()  # one warm-up with all 30 tokens
-            for _ in range(100):
-                await asyncio.sleep(0.01)
-                if trace.warmups == 2:
-                    break
-            assert trace.warmup_lengths == [len(pieces.head), len(pieces.head) + 30]
-            for agent in "abc":  # ending precursors complete the prompt
-                apc.finish(agent)
-            ids = await asyncio.wait_for(task, 5)
-            assert ids[: len(pieces.head) + 30] == prompt.state().ids[: len(pieces.head) + 30]
-    finally:
-        await cluster.close()
+        prompt.state = counted
+        loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 5.0)
+        task = asyncio.create_task(loop.run())
+        for _ in range(100):  # the static prefix goes first; then it waits for tokens
+            await asyncio.sleep(0.01)
+            if trace.warmups == 1:
+                break
+        await asyncio.sleep(0.02)
+        before = builds
+        for i in range(30):  # another agent's tokens: no rebuild
+            apc.append("other", [5 + i], [0.0], "")
+            await asyncio.sleep(0.002)
+        assert builds == before
+        held = hold([dep.gate(target)])
+        apc.append("a", [1000], [0.0], "")  # its own token: one rebuild, then the gate
+        await asyncio.sleep(0.02)
+        queued = builds
+        assert queued == before + 1 and trace.warmups == 1
+        for i in range(1, 30):  # more of its own tokens while the gate is closed
+            apc.append("a", [1000 + i], [0.0], "")
+            await asyncio.sleep(0.002)
+        assert builds == queued and trace.warmups == 1
+        held.release()  # one warm-up with all 30 tokens
+        for _ in range(100):
+            await asyncio.sleep(0.01)
+            if trace.warmups == 2:
+                break
+        assert trace.warmup_lengths == [head, head + 30]
+        for agent in "abc":  # ending precursors complete the prompt
+            apc.finish(agent)
+        ids = await asyncio.wait_for(task, 5)
+        assert ids[: head + 30] == state().ids[: head + 30]
 
 
 async def test_a_closed_gate_does_not_time_out_while_precursors_progress(
@@ -287,28 +292,16 @@ async def test_a_closed_gate_does_not_time_out_while_precursors_progress(
 ):
     """The precursor timeout counts from the precursors' last progress, also at a closed gate;
     with no progress at all it fires."""
-    cluster = await start_fake_cluster(smollm_tokenizer_path)
-    try:
-        async with RouterContext.open(cluster.spec) as ctx:
-            tok = ctx.tokenizer("smollm2")
-            apc = AnswerCache(["a", "b", "c"])
-            pieces = build_pieces(tok, AGG, "q?")
-            prompt = SuccessorPrompt(
-                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
-            )
-            dep = ctx.deployments["smollm2"]
-            target = dep.pick_prefill()
-            trace = AgentTrace(model="smollm2", layer=2)
-            held = hold([dep.gate(target)])
-            loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 0.2)
-            task = asyncio.create_task(loop.run())
-            for t in range(10):  # 0.5 s of progress, each step within the 0.2 s timeout
-                apc.append("a", [1000 + t], [0.0], "")
-                await asyncio.sleep(0.05)
-            assert not task.done()
-            with pytest.raises(TimeoutError, match=r"waited 0.2s for precursors"):
-                await asyncio.wait_for(task, 2)
-            held.release()
-            assert trace.warmups == 0
-    finally:
-        await cluster.close()
+    async with one_successor(smollm_tokenizer_path) as t:
+        apc, dep, target, trace = t.apc, t.dep, t.target, t.trace
+        held = hold([dep.gate(target)])
+        loop = WarmupLoop(t.prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 0.2)
+        task = asyncio.create_task(loop.run())
+        for i in range(10):  # 0.5 s of progress, each step within the 0.2 s timeout
+            apc.append("a", [1000 + i], [0.0], "")
+            await asyncio.sleep(0.05)
+        assert not task.done()
+        with pytest.raises(TimeoutError, match=r"waited 0.2s for precursors"):
+            await asyncio.wait_for(task, 2)
+        held.release()
+        assert trace.warmups == 0
