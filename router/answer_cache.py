@@ -37,12 +37,23 @@ class AgentAnswer:
 
 
 class AnswerCache:
-    """One session's answers. Every change bumps `version` and wakes all waiters."""
+    """One session's answers. Every change bumps `version`; a wait names the agents it is about
+    (`changes(agents)`, `wait_change(..., agents=)`) and wakes only for theirs.
+
+    Why scoped: an entry grows by one token per worker chunk, so in a 9-3-1 tree every leaf token
+    used to wake every waiter of the session (each successor's warm-up loop, each layer
+    barrier), ~4 wake-ups per token of which ~1 could matter: the shell router's CPU on cores
+    the workers share (issue 28). A change outside any entry (`touch`: a dropped slot, a routing
+    decision) and `release` wake everyone."""
 
     def __init__(self, agent_ids: list[str]) -> None:
         self._answers = {a: AgentAnswer(a) for a in agent_ids}
-        # Futures of coroutines waiting for the next change; a plain list, set on every change.
-        self._waiters: list[asyncio.Future] = []
+        # Changes per agent, and those outside every entry (touch, release).
+        self._changes = dict.fromkeys(agent_ids, 0)
+        self._touches = 0
+        # Futures of coroutines waiting for the next change, by the agent they watch (None: any
+        # change); a waiter watching several agents sits in each of their sets.
+        self._waiters: dict[str | None, set[asyncio.Future]] = {}
         self._finish_counter = itertools.count()
         self.version = 0
         self.released = False
@@ -59,52 +70,78 @@ class AnswerCache:
         a.output_ids.extend(ids)
         a.logprobs.extend(logprobs)
         a.text = text
-        self._bump()
+        self._bump(agent_id)
 
     def finish(self, agent_id: str) -> None:
         a = self._answers[agent_id]
         a.done = True
         a.finish_seq = next(self._finish_counter)
-        self._bump()
+        self._bump(agent_id)
 
     def fail(self, agent_id: str, message: str) -> None:
         self._answers[agent_id].error = message
-        self._bump()
+        self._bump(agent_id)
 
     def kill(self, agent_id: str) -> None:
         self._answers[agent_id].killed = True
-        self._bump()
+        self._bump(agent_id)
 
     def touch(self) -> None:
-        """Wake waiters after a change that lives outside the APC (a dropped slot)."""
-        self._bump()
+        """Wake every waiter after a change that lives outside the APC (a dropped slot, a
+        routing decision)."""
+        self._bump(None)
 
-    def _bump(self) -> None:
+    def _bump(self, agent_id: str | None) -> None:
         self.version += 1
-        waiters, self._waiters = self._waiters, []
-        for fut in waiters:
+        if agent_id is None:
+            self._touches += 1
+            woken = set().union(*self._waiters.values())
+            self._waiters = {}
+        else:
+            self._changes[agent_id] += 1
+            woken = self._waiters.pop(agent_id, set()) | self._waiters.pop(None, set())
+        for fut in woken:
             if not fut.done():
                 fut.set_result(None)
 
     # --- readers --------------------------------------------------------------------------------
-    async def wait_change(self, since_version: int, timeout: float | None = None) -> int:
-        """Return once `version` differs from `since_version` (TimeoutError after `timeout`).
-        SessionReleased once the APC was released: nothing will change any more."""
-        while self.version == since_version and not self.released:
+    def changes(self, agents: Iterable[str] | None = None) -> int:
+        """A counter that moves when one of `agents` changes or on a touch (None: on any
+        change): what `wait_change` compares against."""
+        if agents is None:
+            return self.version
+        return self._touches + sum(self._changes[a] for a in agents)
+
+    async def wait_change(
+        self,
+        since: int,
+        timeout: float | None = None,
+        agents: Iterable[str] | None = None,
+    ) -> int:
+        """Return `changes(agents)` once it differs from `since` (TimeoutError after
+        `timeout`). SessionReleased once the APC was released: nothing will change any more."""
+        keys: tuple[str | None, ...] = (None,) if agents is None else tuple(agents)
+        while self.changes(agents) == since and not self.released:
             fut = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
-            await asyncio.wait_for(fut, timeout)
+            for k in keys:
+                self._waiters.setdefault(k, set()).add(fut)
+            try:
+                await asyncio.wait_for(fut, timeout)
+            finally:
+                for k in keys:  # the sets it was not woken from (or all, on a timeout)
+                    if (waiting := self._waiters.get(k)) is not None:
+                        waiting.discard(fut)
         if self.released:
             raise SessionReleased("the session ended (its answers were released) during the wait")
-        return self.version
+        return self.changes(agents)
 
     async def wait_for(
         self, agent_id: str, n_tokens: int, timeout: float | None = None
     ) -> AgentAnswer:
         """Return once `agent_id` has `n_tokens` output tokens or has ended."""
-        a = self._answers[agent_id]
+        a, watch = self._answers[agent_id], (agent_id,)
         while len(a.output_ids) < n_tokens and not a.ended:
-            await self.wait_change(self.version, timeout)
+            await self.wait_change(self.changes(watch), timeout, watch)
         return a
 
     async def wait_ended(
@@ -114,24 +151,25 @@ class AnswerCache:
         killed (the caller tells the two apart). `agent_ids` is re-read at every change: early
         exit can shrink the set. `timeout` bounds each wait for a change."""
         while True:
-            answers = [self._answers[a] for a in agent_ids()]
+            ids = list(agent_ids())
+            answers = [self._answers[a] for a in ids]
             if all(a.ended for a in answers) or any(a.error or a.killed for a in answers):
                 return
-            await self.wait_change(self.version, timeout)
+            await self.wait_change(self.changes(ids), timeout, ids)
 
     async def wait_all_ended(self, agent_ids: Iterable[str], timeout: float | None = None) -> None:
         """Return once every agent of `agent_ids` has ended, whichever way (done, failed or
         killed): a layer barrier. `timeout` bounds each wait for a change."""
         ids = list(agent_ids)
         while not all(self._answers[a].ended for a in ids):
-            await self.wait_change(self.version, timeout)
+            await self.wait_change(self.changes(ids), timeout, ids)
 
     async def follow(self, agent_id: str) -> AsyncIterator[tuple[list[int], list[float], str]]:
         """(new ids, their logprobs, cumulative text) of one agent as its entry grows, until it
         ended."""
-        answer, sent = self._answers[agent_id], 0
+        answer, sent, watch = self._answers[agent_id], 0, (agent_id,)
         while True:
-            seen = self.version
+            seen = self.changes(watch)
             if len(answer.output_ids) > sent:
                 n = len(answer.output_ids)
                 yield answer.output_ids[sent:n], answer.logprobs[sent:n], answer.text
@@ -139,7 +177,7 @@ class AnswerCache:
                 continue
             if answer.ended:
                 return
-            await self.wait_change(seen)
+            await self.wait_change(seen, agents=watch)
 
     def release(self) -> None:
         """Drop every answer (the session ended) and wake waiters: they raise SessionReleased
@@ -147,4 +185,4 @@ class AnswerCache:
         self.released = True
         for a in self._answers.values():
             a.output_ids, a.logprobs, a.text = [], [], ""
-        self._bump()
+        self._bump(None)

@@ -85,6 +85,8 @@ class WarmupLoop:
         self._policy, self._trace, self._clock = policy, trace, clock
         self._rid_prefix, self._wait_s = rid_prefix, precursor_wait_s
         self._on_warmup = on_warmup
+        # The APC changes this loop wakes for: its precursors' (and touches: drops, routing).
+        self._watch = tuple(prompt.pieces.slots)
 
     async def run(self) -> list[int]:
         """Warm until the prompt is complete; return the complete prompt."""
@@ -96,7 +98,7 @@ class WarmupLoop:
     async def _run(self) -> list[int]:
         warmed: list[int] = []
         while True:
-            seen = self._apc.version
+            seen = self._apc.changes(self._watch)
             state = self._prompt.state()
             if state.complete:
                 return state.ids
@@ -124,11 +126,12 @@ class WarmupLoop:
         change, or a precursor ending, failing or dropped (the prompt may be complete now); new
         tokens alone wait, since what a warm-up carries is read when the gate lets it through.
 
-        Other agents' tokens wake nothing. A session's APC changes with every token of every
-        agent, and recomputing each successor's prompt on each (re-tokenizing another family's
-        text) was the pipelined router's extra CPU under load, also where the gate let no
-        warm-up through (issue 28: `tree_9_3_1_mixed_cpu` at concurrency 4). TimeoutError when
-        the precursors make no progress for `precursor_wait_s`."""
+        Other agents' tokens wake nothing (the APC wait is scoped to this successor's
+        precursors), and at a closed gate its precursors' tokens only re-arm the wait:
+        recomputing each successor's prompt on every token of the session (re-tokenizing another
+        family's text) was the pipelined router's extra CPU under load, also where the gate let
+        no warm-up through (issue 28: `tree_9_3_1_mixed_cpu` at concurrency 4). TimeoutError
+        when the precursors make no progress for `precursor_wait_s`."""
         tokens, ends = self._prompt.progress()
         clock = asyncio.get_running_loop()
         deadline = clock.time() + self._wait_s
@@ -136,7 +139,7 @@ class WarmupLoop:
         try:
             while True:
                 change = asyncio.ensure_future(
-                    self._apc.wait_change(seen, max(0.0, deadline - clock.time()))
+                    self._apc.wait_change(seen, max(0.0, deadline - clock.time()), self._watch)
                 )
                 try:
                     await asyncio.wait(

@@ -236,7 +236,7 @@ async def test_no_warmup_starts_while_a_critical_prefill_holds_the_gate(
         assert trace.warmups == 1 and len(ids) > trace.warmup_lengths[0]
 
 
-async def test_the_loop_recomputes_its_prompt_only_when_its_own_precursors_change(
+async def test_the_loop_wakes_and_recomputes_its_prompt_only_when_its_own_precursors_change(
     smollm_tokenizer_path,  # noqa: F811
 ):
     """Under load a session's APC changes with every token of every agent: another agent's
@@ -254,6 +254,15 @@ async def test_the_loop_recomputes_its_prompt_only_when_its_own_precursors_chang
             return state()
 
         prompt.state = counted
+        looks = 0  # wake-ups: each one reads the precursors' progress
+        progress = prompt.progress
+
+        def looked():
+            nonlocal looks
+            looks += 1
+            return progress()
+
+        prompt.progress = looked
         loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 5.0)
         task = asyncio.create_task(loop.run())
         for _ in range(100):  # the static prefix goes first; then it waits for tokens
@@ -261,11 +270,11 @@ async def test_the_loop_recomputes_its_prompt_only_when_its_own_precursors_chang
             if trace.warmups == 1:
                 break
         await asyncio.sleep(0.02)
-        before = builds
-        for i in range(30):  # another agent's tokens: no rebuild
+        before, looked_before = builds, looks
+        for i in range(30):  # another agent's tokens: no rebuild, not even a wake-up
             apc.append("other", [5 + i], [0.0], "")
             await asyncio.sleep(0.002)
-        assert builds == before
+        assert builds == before and looks == looked_before
         held = hold([dep.gate(target)])
         apc.append("a", [1000], [0.0], "")  # its own token: one rebuild, then the gate
         await asyncio.sleep(0.02)
