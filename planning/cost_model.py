@@ -167,7 +167,7 @@ def critical_path_seconds(
                 / tp_speedup(tp)
                 for share, tp in decodes or [(1.0, 1)]
             )
-            weight[a.id] = mp.pd_fixed_seconds + prefill + out * step
+            weight[a.id] = mp.pd_seconds(prompt) + prefill + out * step
         longest = max(longest, _chain(cfg, weight))
     return longest
 

@@ -42,7 +42,7 @@ def summary_table(profile: Profile) -> Table:
         t.add_column(f"prefill {cached[0]} after {cached[1]}", justify="right")
     for b in batches:
         t.add_column(f"step b{b} ctx {ctx}", justify="right")
-    for col in ("pd fixed", "weights", "KV/token"):
+    for col in ("pd fixed", "KV transfer", "weights", "KV/token"):
         t.add_column(col, justify="right")
     for name, m in profile.models.items():
         t.add_row(
@@ -52,6 +52,9 @@ def summary_table(profile: Profile) -> Table:
             *([f"{1e3 * m.prefill_seconds(*cached):.1f} ms"] if cached else []),
             *(f"{1e3 * m.decode_step_seconds(b, ctx):.2f} ms" for b in batches),
             f"{1e3 * m.pd_fixed_seconds:.1f} ms",
+            "in pd fixed"
+            if (bw := m.kv_transfer_bytes_per_second) is None
+            else f"{bw / 2**20:.0f} MiB/s",
             f"{m.weights_bytes / 2**30:.2f} GiB",
             f"{m.kv_bytes_per_token / 2**10:.1f} KiB",
         )

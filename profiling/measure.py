@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from profiling.decode_step import median, step_seconds
 from profiling.knobs import Knobs
-from profiling.profile_file import DecodePoint, PrefillPoint
+from profiling.profile_file import DecodePoint, PDPoint, PrefillPoint
 from router.pd import Deployment, PrefillTarget
 from sglang_ext import protocol as P
 
@@ -27,9 +27,11 @@ SHORT_RUN = 4
 
 @dataclass(slots=True)
 class StreamTimes:
-    """One streamed request: (arrival time, tokens generated so far) per chunk with tokens."""
+    """One streamed request: (arrival time, tokens generated so far) per chunk with tokens, and
+    its prefill worker's own forward span (None where the worker reports none)."""
 
     chunks: list[tuple[float, int]] = field(default_factory=list)
+    prefill_span_s: float | None = None
 
     @property
     def first(self) -> float:
@@ -59,6 +61,10 @@ class ModelRun:
     prefill: list[PrefillSample] = field(default_factory=list)
     decode: list[DecodePoint] = field(default_factory=list)
     ttft: dict[int, list[float]] = field(default_factory=dict)  # prompt length -> TTFTs
+    # prompt length -> TTFT minus that request's own prefill span, where the worker reported it:
+    # the PD path without the prefill's run-to-run noise (which hides a KV transfer's tens of ms
+    # under a second-long CPU prefill).
+    pd_path: dict[int, list[float]] = field(default_factory=dict)
 
     @property
     def uses_worker_span(self) -> bool:
@@ -78,11 +84,29 @@ class ModelRun:
             for (n, c), v in sorted(groups.items())
         ]
 
+    def pd_points(self) -> list[PDPoint]:
+        """Per prompt length: the median of each request's TTFT minus its own prefill span, or
+        where the workers report no span, of TTFT minus the cold prefill median there."""
+        if self.pd_path:
+            per_length = self.pd_path
+        else:
+            cold = {p.new_tokens: p.seconds for p in self.prefill_points() if p.cached_tokens == 0}
+            per_length = {n: [t - cold[n] for t in ts] for n, ts in self.ttft.items() if n in cold}
+        return [
+            PDPoint(prompt_tokens=n, seconds=max(0.0, median(ds)))
+            for n, ds in sorted(per_length.items())
+            if ds
+        ]
+
     def pd_fixed_seconds(self) -> float:
-        """Median over (length, rep) of TTFT over the PD path minus the cold prefill median at
-        that length; never negative (a TTFT can undercut a prefill median by noise)."""
-        cold = {p.new_tokens: p.seconds for p in self.prefill_points() if p.cached_tokens == 0}
-        diffs = [t - cold[n] for n, ts in self.ttft.items() if n in cold for t in ts]
+        """Median over (length, rep) of the PD path: each TTFT less its own prefill span where
+        reported, else less the cold prefill median at that length; never negative (a TTFT can
+        undercut a prefill median by noise)."""
+        if self.pd_path:
+            diffs = [d for ds in self.pd_path.values() for d in ds]
+        else:
+            cold = {p.new_tokens: p.seconds for p in self.prefill_points() if p.cached_tokens == 0}
+            diffs = [t - cold[n] for n, ts in self.ttft.items() if n in cold for t in ts]
         if not diffs:
             raise ProfileError("no TTFT at a cold prefill length: nothing to derive pd_fixed from")
         return max(0.0, median(diffs))
@@ -202,13 +226,15 @@ class ModelProber:
                     seen = done
         if not times.chunks:
             raise ProfileError(f"model {self.dep.name}: a streamed request returned no token")
+        times.prefill_span_s = _span(call.prefill.meta)
         return times
 
-    async def ttft(self, length: int) -> float:
+    async def ttft(self, length: int) -> tuple[float, float | None]:
+        """A fresh prompt's TTFT and its prefill worker's own span (None: not reported)."""
         t0 = time.perf_counter()
         # Two tokens: the first is what prefill sampled, sent on by decode once the KV arrived.
         times = await self._stream(self.prompt(length), 2)
-        return times.first - t0
+        return times.first - t0, times.prefill_span_s
 
     # --- decode: B concurrent streams over the PD path, twice --------------------------------
     async def _finish_times(self, prompts: list[list[int]], tokens: int) -> list[float]:
@@ -267,7 +293,10 @@ class ModelProber:
                 self.run.prefill.append(await self.cached_prefill(prefix, k.cached_new_tokens))
                 self.tick(f"prefill {k.cached_new_tokens} after {prefix}")
             for length in k.prompt_lengths:
-                self.run.ttft.setdefault(length, []).append(await self.ttft(length))
+                ttft, span = await self.ttft(length)
+                self.run.ttft.setdefault(length, []).append(ttft)
+                if span is not None:
+                    self.run.pd_path.setdefault(length, []).append(ttft - span)
                 self.tick(f"ttft {length}")
         for context in k.decode_contexts:
             for batch in k.decode_batches:

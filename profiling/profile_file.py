@@ -5,8 +5,10 @@ The cost functions are least-squares fits of the measured points to the shapes t
 engines' costs take (Vidur and DistServe use the same decomposition): a prefill costs a fixed part,
 a part per new token and a part per (new token × cached token) for attention over the prefix; a
 decode step costs a fixed part (weights read once per step), a part per sequence in the batch and
-a part per token of context summed over the batch (KV read). Fits, not interpolation tables, so a
-profile measured on a few points extrapolates sanely to the lengths a topology produces.
+a part per token of context summed over the batch (KV read); the PD path (TTFT minus the
+prefill) costs a fixed part (bootstrap, hops) and the prompt's KV bytes over the transfer's
+bandwidth. Fits, not interpolation tables, so a profile measured on a few points extrapolates
+sanely to the lengths a topology produces.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ class DecodePoint(_Strict):
     step_seconds: float  # median time of one decode step of the whole batch
 
 
+class PDPoint(_Strict):
+    prompt_tokens: int
+    seconds: float  # median TTFT over the PD path minus the cold prefill at this length
+
+
 class ModelProfile(_Strict):
     model_path: str
     weights_bytes: int
@@ -56,6 +63,10 @@ class ModelProfile(_Strict):
     prefill: list[PrefillPoint] = Field(min_length=2)
     decode: list[DecodePoint] = Field(min_length=2)
     pd_fixed_seconds: float  # TTFT through the PD path minus prefill: bootstrap, KV, hops
+    # The same per prompt length. With two lengths or more the PD path is fitted as a fixed part
+    # plus the prompt's KV bytes over a bandwidth (`pd_seconds`); without (older profiles, the
+    # GPU anchors) it is pd_fixed_seconds at every length.
+    pd: list[PDPoint] = Field(default_factory=list)
     notes: str = ""
 
     model_config = ConfigDict(extra="forbid", frozen=True, ignored_types=(cached_property,))
@@ -69,6 +80,28 @@ class ModelProfile(_Strict):
     def _decode_coef(self) -> np.ndarray:
         x = np.array([[1.0, d.batch, d.batch * d.context] for d in self.decode])
         return _nonnegative_fit(x, np.array([d.step_seconds for d in self.decode]))
+
+    @cached_property
+    def _pd_coef(self) -> np.ndarray | None:
+        if len({p.prompt_tokens for p in self.pd}) < 2:
+            return None
+        x = np.array([[1.0, p.prompt_tokens * self.kv_bytes_per_token] for p in self.pd])
+        coef = _nonnegative_fit(x, np.array([p.seconds for p in self.pd]))
+        return coef if coef[1] > 0 else None  # no cost that grows with length: all fixed
+
+    @property
+    def kv_transfer_bytes_per_second(self) -> float | None:
+        """The measured bandwidth of the prompt's KV from prefill to decode (None: not
+        separable from the fixed part, which then holds it)."""
+        return None if self._pd_coef is None else float(1.0 / self._pd_coef[1])
+
+    def pd_seconds(self, prompt_tokens: int) -> float:
+        """Predicted PD-path time of a request (bootstrap, hops and the KV transfer of its
+        whole prompt, cached prefix included), beside its prefill compute."""
+        if self._pd_coef is None:
+            return self.pd_fixed_seconds
+        a, per_byte = self._pd_coef
+        return float(a + per_byte * prompt_tokens * self.kv_bytes_per_token)
 
     def prefill_seconds(self, new_tokens: int, cached_tokens: int = 0) -> float:
         """Predicted compute time of a prefill of `new_tokens` after `cached_tokens` cached."""

@@ -138,7 +138,8 @@ def model_profile(target: Target, model: str, run: ModelRun, served_path: str) -
         "warmed first); decode = B streams over the PD path as the shell router sends them (ignore_eos, prompts cached "
         "on prefill first) run twice, to 4 and to 4 + decode_tokens new tokens: the difference "
         "of the median finish times per extra token; pd_fixed = median of TTFT "
-        "over the same path minus the cold prefill at the same length. derived: "
+        "over the same path minus the cold prefill at the same length, pd = the same per "
+        "length (fitted as a fixed part + KV bytes / bandwidth). derived: "
         f"weights_bytes and kv_bytes_per_token from config.json ({mem.dtype}, KV {mem.kv_dtype}; "
         "planning/model_memory.py)."
     )
@@ -149,6 +150,7 @@ def model_profile(target: Target, model: str, run: ModelRun, served_path: str) -
         prefill=run.prefill_points(),
         decode=run.decode,
         pd_fixed_seconds=run.pd_fixed_seconds(),
+        pd=run.pd_points(),
         notes=notes,
     )
 

@@ -183,7 +183,7 @@ class QuestionRun:
             yield job.done
             st.trace["prompt_tokens"], st.trace["cached_tokens"] = length(prompt), job.cached
         if not st.killed:
-            yield self.env.timeout(self.sim.profile.models[w.model].pd_fixed_seconds)
+            yield self.env.timeout(self.sim.profile.models[w.model].pd_seconds(length(prompt)))
         # The router learns the prefill is over from the first token or the prefill worker's
         # reply, which comes once the KV was sent: after the PD hop.
         gate.release()

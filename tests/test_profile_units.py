@@ -12,7 +12,7 @@ from launch.cli import main
 from profiling.decode_step import step_seconds
 from profiling.knobs import CPU_KNOBS, GPU_KNOBS, knobs_from_args, parse_ints
 from profiling.measure import ModelRun, PrefillSample, ProfileError
-from profiling.profile_file import DecodePoint, Profile
+from profiling.profile_file import DecodePoint, ModelProfile, PDPoint, PrefillPoint, Profile
 from profiling.run import choose_models, decode_pool_tokens, pool_concurrency
 from router.config_loader import load_config
 from tests.text_checks import said
@@ -92,6 +92,43 @@ def test_model_run_takes_medians_and_derives_the_pd_fixed_cost():
     wall.ttft = {999: [1.0]}
     with pytest.raises(ProfileError, match="TTFT"):
         wall.pd_fixed_seconds()
+    # Per length: 64 -> median(0.09, 0.11, 0.79) = 0.11; 256 -> 0.10.
+    assert [(p.prompt_tokens, p.seconds) for p in run.pd_points()] == [
+        (64, pytest.approx(0.11)),
+        (256, pytest.approx(0.10)),
+    ]
+    # Where the worker reported each request's own prefill span, TTFT less that span is used
+    # instead: the prefill's run-to-run noise stays out of the PD path.
+    run.pd_path = {64: [0.06, 0.05, 0.07], 256: [0.12]}
+    assert [(p.prompt_tokens, p.seconds) for p in run.pd_points()] == [
+        (64, pytest.approx(0.06)),
+        (256, pytest.approx(0.12)),
+    ]
+    assert run.pd_fixed_seconds() == pytest.approx(0.065)
+
+
+def test_the_pd_path_is_a_fixed_part_plus_the_prompts_kv_bytes_over_a_bandwidth():
+    base = {
+        "model_path": "m",
+        "weights_bytes": 1,
+        "prefill": [
+            PrefillPoint(new_tokens=n, cached_tokens=0, seconds=1e-3 * n) for n in (32, 384)
+        ],
+        "decode": [DecodePoint(batch=b, context=64, step_seconds=0.01 * b) for b in (1, 4)],
+        "pd_fixed_seconds": 0.08,
+    }
+    kv, bandwidth, fixed = 46080, 200e6, 0.05  # bytes/token, bytes/s, s
+    pd = [PDPoint(prompt_tokens=n, seconds=fixed + n * kv / bandwidth) for n in (32, 128, 384)]
+    m = ModelProfile(kv_bytes_per_token=kv, pd=pd, **base)
+    assert m.kv_transfer_bytes_per_second == pytest.approx(bandwidth)
+    assert m.pd_seconds(1500) == pytest.approx(fixed + 1500 * kv / bandwidth)
+    # No length-dependent part measured (noise around a constant), no points, or one length:
+    # the fixed cost at every length, as profiles before the fit.
+    flat = [PDPoint(prompt_tokens=n, seconds=s) for n, s in ((32, 0.09), (128, 0.08), (384, 0.085))]
+    for pts in (flat, [], pd[:1]):
+        m = ModelProfile(kv_bytes_per_token=kv, pd=pts, **base)
+        assert m.kv_transfer_bytes_per_second is None
+        assert m.pd_seconds(32) == m.pd_seconds(1500) == 0.08
 
 
 def _assert_sane(profile: Profile) -> None:

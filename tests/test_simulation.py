@@ -8,7 +8,14 @@ import os
 import pytest
 import simpy
 
-from profiling.profile_file import DecodePoint, DeviceInfo, ModelProfile, PrefillPoint, Profile
+from profiling.profile_file import (
+    DecodePoint,
+    DeviceInfo,
+    ModelProfile,
+    PDPoint,
+    PrefillPoint,
+    Profile,
+)
 from router.config import TopologyConfig
 from simulation.deployment import SimDeployment, SimWorker, default_deployment
 from simulation.device import Device
@@ -383,3 +390,25 @@ def test_simulate_command_takes_workflow_priority(capsys):
     # Eight questions at once on one decode worker: the oldest are served first, so the median
     # question ends sooner (processor sharing ends them all together).
     assert medians[True] < 0.95 * medians[False]
+
+
+def test_the_pd_path_carries_the_prompts_kv_bytes_over_the_measured_bandwidth():
+    """A profile with the PD path per prompt length (`pd`) charges each request its prompt's KV
+    transfer: the aggregator's final request (alone, nothing queued) reaches its first token
+    later by exactly its prompt's bytes over the bandwidth."""
+    per_token = 0.001  # s: kv_bytes_per_token (1) over 1,000 bytes/s
+    pd = [PDPoint(prompt_tokens=n, seconds=PD + n * per_token) for n in (16, 1024)]
+    slow = model_profile().model_copy(update={"pd": pd})
+    assert slow.kv_transfer_bytes_per_second == pytest.approx(1000)
+    cfg = tree()
+
+    def final_request(m: ModelProfile):
+        prof = profile().model_copy(update={"models": {"m": m}})
+        sim = Simulation([cfg], prof, default_deployment([cfg], prof))
+        row = sim.run([(from_config(cfg, question_tokens=QUESTION_TOKENS), 2, "blocking", False)])
+        s = row.rows[0].agents["s"]
+        return s.first_token_s - s.final_request_s, s.prompt_tokens
+
+    fixed, n = final_request(model_profile())
+    measured, _ = final_request(slow)
+    assert measured - fixed == pytest.approx(n * per_token)
