@@ -39,7 +39,9 @@ class SimWorker:
 @dataclass(frozen=True, slots=True)
 class SimDeployment:
     workers: tuple[SimWorker, ...]
-    devices: dict[str, int]  # device -> slots (cores on a CPU, 1 per GPU)
+    # device -> slots (cores on a CPU, 1 per GPU); a worker's `device` is one of these, or a TP
+    # group "node:gpuI,J" of them (tp_members)
+    devices: dict[str, int]
     gate_scope: str  # the router's warm-up gate: "device" (CPU default) or "worker" (GPUs)
     prefill_args: dict[str, tuple[int, int]]  # model -> (max_prefill_tokens, chunked size)
     description: str
@@ -120,13 +122,16 @@ def from_plan(
     workers, devices = [], {}
     for w in plan.workers:
         if w.gpus:
-            # Workers on the same GPU(s) time-share them; a TP group counts as one device.
-            dev, slots = f"{w.node}:gpu{','.join(map(str, w.gpus))}", 1
-        elif w.cpus:
-            dev, slots = f"{w.node}:cpu{','.join(map(str, w.cpus))}", len(w.cpus)
+            # Workers on the same GPU time-share it. A TP group computes on each of its GPUs
+            # (simulation/device.py TPGroup): the GPUs are the devices, the group a key of them.
+            dev = f"{w.node}:gpu{','.join(map(str, w.gpus))}"
+            devices.update({f"{w.node}:gpu{g}": 1 for g in w.gpus})
         else:
-            dev, slots = f"{w.node}:cpu", profile.device.cores or profile.device.count
-        devices[dev] = slots
+            if w.cpus:
+                dev, slots = f"{w.node}:cpu{','.join(map(str, w.cpus))}", len(w.cpus)
+            else:
+                dev, slots = f"{w.node}:cpu", profile.device.cores or profile.device.count
+            devices[dev] = slots
         workers.append(SimWorker(w.model, w.role, w.replica, dev, w.share))
     roles = {(w.model, w.role) for w in workers}
     for name in merged_models(configs):
@@ -168,3 +173,13 @@ def _slowdowns(profile: Profile) -> tuple[float, float]:
         return 0.0, 0.0
     co = dev.co_run_slowdown if dev.co_run_slowdown is not None else CPU_CO_RUN_SLOWDOWN
     return co, dev.oversubscribed_slowdown or 0.0
+
+
+def tp_members(device: str) -> list[str]:
+    """The GPUs of a TP group's key ("node:gpu0,1" -> ["node:gpu0", "node:gpu1"]); [] for a
+    device of its own."""
+    node, _, rest = device.partition(":")
+    ids = rest.removeprefix("gpu")
+    if not rest.startswith("gpu") or "," not in ids:
+        return []
+    return [f"{node}:gpu{i}" for i in ids.split(",")]

@@ -9,6 +9,10 @@ n) - 1)) of their speed (shared caches and memory bandwidth, or SMT siblings und
 vCPUs); β = 0 is perfect scaling. `oversubscribed_slowdown` γ is what time-slicing k > n busy
 workers costs beyond n / k (switches, caches refilled): 1 / (1 + γ·(k - n) / n) more. Both are
 measured by profiling/co_run.py.
+
+A tensor-parallel group (`TPGroup`) computes on all its GPUs at once: it is busy on each of them
+(so it time-shares every one with the workers placed there too) and progresses at the pace of its
+slowest GPU, `tp_speedup(n)` faster than one GPU alone (the planner's cost model's efficiency).
 """
 
 from __future__ import annotations
@@ -68,3 +72,41 @@ class Device:
     def _kick(self) -> None:
         """Every running computation re-reads its speed."""
         self._changed.fire()
+
+
+class TPGroup:
+    """A worker's tensor-parallel GPUs, as one thing to compute on (the `Device.compute`
+    interface)."""
+
+    def __init__(self, env: simpy.Environment, name: str, members: list[Device]) -> None:
+        from planning.cost_model import tp_speedup
+
+        self.env, self.name, self.members = env, name, members
+        self.speedup = tp_speedup(len(members))
+
+    @property
+    def busy_seconds(self) -> float:
+        return sum(m.busy_seconds for m in self.members) / len(self.members)
+
+    def speed(self) -> float:
+        return min(m.speed() for m in self.members)
+
+    def compute(self, worker: str, seconds: float):
+        """simpy process body: `seconds` of one GPU's work, split over the group's GPUs."""
+        for m in self.members:
+            m._busy[worker] = m._busy.get(worker, 0) + 1
+            m._kick()
+        remaining = seconds / self.speedup
+        try:
+            while remaining > 1e-12:
+                rate, t0 = self.speed(), self.env.now
+                changed = simpy.AnyOf(self.env, [m._changed.wait() for m in self.members])
+                yield self.env.timeout(remaining / rate) | changed
+                remaining -= (self.env.now - t0) * rate
+        finally:
+            for m in self.members:
+                m.busy_seconds += seconds / self.speedup
+                m._busy[worker] -= 1
+                if not m._busy[worker]:
+                    del m._busy[worker]
+                m._kick()

@@ -16,8 +16,8 @@ from experiments.critical_path import PARTS, median_breakdown
 from experiments.results import ResultRow
 from profiling.profile_file import Profile
 from router.config import TopologyConfig
-from simulation.deployment import SimDeployment
-from simulation.device import Device
+from simulation.deployment import SimDeployment, tp_members
+from simulation.device import Device, TPGroup
 from simulation.gate import DeviceGate, PrefillGate
 from simulation.question import QuestionRun
 from simulation.router_load import CPU_SECONDS_PER_TOKEN, RouterCosts, RouterLoad
@@ -86,6 +86,13 @@ class Simulation:
         dev_gates = {
             d: DeviceGate(self.env, s, deployment.gate_scope) for d, s in deployment.devices.items()
         }
+        # What each worker computes on: its device, or its TP group's GPUs together.
+        units: dict[str, Device | TPGroup] = dict(self.devices)
+        for w in deployment.workers:
+            if w.device not in units:
+                members = [self.devices[m] for m in tp_members(w.device)]
+                units[w.device] = TPGroup(self.env, w.device, members)
+                dev_gates[w.device] = DeviceGate(self.env, 1, deployment.gate_scope)
         # The shell router shares the first CPU device (it runs beside the workers it fronts).
         cpu = next((d for d in self.devices if "gpu" not in d), None)
         self.router = RouterLoad(
@@ -107,7 +114,7 @@ class Simulation:
                     self.env,
                     w.name,
                     costs,
-                    self.devices[w.device],
+                    units[w.device],
                     budget,
                     chunk,
                     priority_scheduling,
@@ -121,7 +128,7 @@ class Simulation:
                         self.env,
                         w.name,
                         costs,
-                        self.devices[w.device],
+                        units[w.device],
                         deployment.decode_slots.get(w.model, 1 << 20),
                         self.router.tokens if self.router.costs.seconds_per_token > 0 else None,
                     )

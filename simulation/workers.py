@@ -17,7 +17,7 @@ import simpy
 
 from profiling.profile_file import ModelProfile
 from router.request_split import Claim, ReplicaLoad
-from simulation.device import Device
+from simulation.device import Device, TPGroup
 from simulation.prefix_cache import Prompt, RadixCache, length
 
 
@@ -39,7 +39,7 @@ class PrefillWorker:
         env: simpy.Environment,
         name: str,
         profile: ModelProfile,
-        device: Device,
+        device: Device | TPGroup,
         max_prefill_tokens: int = 4096,
         chunked_prefill_size: int = 2048,
         priority_scheduling: bool = False,
@@ -134,7 +134,7 @@ class DecodeWorker:
         env: simpy.Environment,
         name: str,
         profile: ModelProfile,
-        device: Device,
+        device: Device | TPGroup,
         max_running_requests: int = 1 << 20,
         on_tokens: Callable[[int], None] | None = None,
     ) -> None:

@@ -17,8 +17,8 @@ from profiling.profile_file import (
     Profile,
 )
 from router.config import TopologyConfig
-from simulation.deployment import SimDeployment, SimWorker, default_deployment
-from simulation.device import Device
+from simulation.deployment import SimDeployment, SimWorker, default_deployment, tp_members
+from simulation.device import Device, TPGroup
 from simulation.engine import Simulation
 from simulation.predict import predict_plan
 from simulation.router_load import RouterCosts
@@ -412,3 +412,46 @@ def test_the_pd_path_carries_the_prompts_kv_bytes_over_the_measured_bandwidth():
     fixed, n = final_request(model_profile())
     measured, _ = final_request(slow)
     assert measured - fixed == pytest.approx(n * per_token)
+
+
+def test_a_tp_group_computes_on_all_its_gpus_and_shares_each_with_its_other_workers():
+    """Two GPUs make one TP group tp_speedup(2) = 1.6x faster than one GPU; a worker alone on
+    GPU 0 time-shares that GPU with the group, which then runs at its slowest GPU's pace."""
+    env = simpy.Environment()
+    gpu0, gpu1 = Device(env, "n:gpu0", 1), Device(env, "n:gpu1", 1)
+    group = TPGroup(env, "n:gpu0,1", [gpu0, gpu1])
+    env.run(until=env.process(group.compute("tp", 1.0)))
+    assert env.now == pytest.approx(1 / 1.6)
+    assert gpu0.busy_seconds == gpu1.busy_seconds == pytest.approx(1 / 1.6)
+
+    env = simpy.Environment()
+    gpu0, gpu1 = Device(env, "n:gpu0", 1), Device(env, "n:gpu1", 1)
+    group = TPGroup(env, "n:gpu0,1", [gpu0, gpu1])
+    tp = env.process(group.compute("tp", 1.0))
+    alone = env.process(gpu0.compute("x", 1.0))
+    env.run(until=tp)
+    # Both at half speed on GPU 0: the group's 0.625 s of work take 1.25 s...
+    assert env.now == pytest.approx(1.25)
+    env.run(until=alone)
+    # ... and x, half done by then, finishes its other 0.375 s alone.
+    assert env.now == pytest.approx(1.625)
+
+
+def test_a_plan_with_a_tp_group_is_simulated_on_its_gpus():
+    assert tp_members("n:gpu0,1") == ["n:gpu0", "n:gpu1"]
+    assert tp_members("n:gpu0") == tp_members("n:cpu0,1") == tp_members("n:cpu") == []
+    cfg = tree()
+
+    def e2e(decode_on: str) -> tuple[float, dict[str, float]]:
+        workers = (SimWorker("m", "prefill", 0, "n:gpu2"), SimWorker("m", "decode", 0, decode_on))
+        gpus = {"n:gpu0": 1, "n:gpu1": 1, "n:gpu2": 1}
+        dep = SimDeployment(workers, gpus, "worker", {"m": (4096, 2048)}, "test")
+        out = Simulation([cfg], profile(), dep).run(
+            [(from_config(cfg, question_tokens=QUESTION_TOKENS), 2, "blocking", False)]
+        )
+        return out.rows[0].e2e_s, out.device_busy
+
+    one, busy_one = e2e("n:gpu0")
+    two, busy_two = e2e("n:gpu0,1")
+    assert two < one  # decode steps 1.6x faster on two GPUs
+    assert busy_one["n:gpu1"] == 0 and busy_two["n:gpu1"] == pytest.approx(busy_two["n:gpu0"])
