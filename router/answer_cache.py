@@ -120,7 +120,8 @@ class AnswerCache:
     ) -> int:
         """Return `changes(agents)` once it differs from `since` (TimeoutError after
         `timeout`). SessionReleased once the APC was released: nothing will change any more."""
-        keys: tuple[str | None, ...] = (None,) if agents is None else tuple(agents)
+        agents = None if agents is None else tuple(agents)  # read twice below
+        keys: tuple[str | None, ...] = (None,) if agents is None else agents
         while self.changes(agents) == since and not self.released:
             fut = asyncio.get_running_loop().create_future()
             for k in keys:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import simpy
 
+from planning.cost_model import tp_speedup
 from simulation.signal import Signal
 
 
@@ -54,24 +55,24 @@ class Device:
     def compute(self, worker: str, seconds: float):
         """simpy process body: `seconds` of `worker`'s work at full speed, slowed while the
         device is oversubscribed. Use as `yield env.process(device.compute(w, s))`."""
-        self._busy[worker] = self._busy.get(worker, 0) + 1
-        self._kick()
-        remaining = seconds
-        try:
-            while remaining > 1e-12:
-                rate, t0, changed = self.speed(), self.env.now, self._changed.wait()
-                yield self.env.timeout(remaining / rate) | changed
-                remaining -= (self.env.now - t0) * rate
-        finally:
-            self.busy_seconds += seconds
-            self._busy[worker] -= 1
-            if not self._busy[worker]:
-                del self._busy[worker]
-            self._kick()
+        yield from _compute(self.env, [self], worker, seconds)
 
-    def _kick(self) -> None:
-        """Every running computation re-reads its speed."""
+    def enter(self, worker: str) -> None:
+        """`worker` starts a computation here (every running one re-reads its speed)."""
+        self._busy[worker] = self._busy.get(worker, 0) + 1
         self._changed.fire()
+
+    def leave(self, worker: str, seconds: float) -> None:
+        """`worker`'s computation of `seconds` (at full speed) ended here."""
+        self.busy_seconds += seconds
+        self._busy[worker] -= 1
+        if not self._busy[worker]:
+            del self._busy[worker]
+        self._changed.fire()
+
+    def changed(self) -> simpy.Event:
+        """An event for the next change of who computes here."""
+        return self._changed.wait()
 
 
 class TPGroup:
@@ -79,34 +80,29 @@ class TPGroup:
     interface)."""
 
     def __init__(self, env: simpy.Environment, name: str, members: list[Device]) -> None:
-        from planning.cost_model import tp_speedup
-
         self.env, self.name, self.members = env, name, members
         self.speedup = tp_speedup(len(members))
 
-    @property
-    def busy_seconds(self) -> float:
-        return sum(m.busy_seconds for m in self.members) / len(self.members)
-
-    def speed(self) -> float:
-        return min(m.speed() for m in self.members)
-
     def compute(self, worker: str, seconds: float):
         """simpy process body: `seconds` of one GPU's work, split over the group's GPUs."""
-        for m in self.members:
-            m._busy[worker] = m._busy.get(worker, 0) + 1
-            m._kick()
-        remaining = seconds / self.speedup
-        try:
-            while remaining > 1e-12:
-                rate, t0 = self.speed(), self.env.now
-                changed = simpy.AnyOf(self.env, [m._changed.wait() for m in self.members])
-                yield self.env.timeout(remaining / rate) | changed
-                remaining -= (self.env.now - t0) * rate
-        finally:
-            for m in self.members:
-                m.busy_seconds += seconds / self.speedup
-                m._busy[worker] -= 1
-                if not m._busy[worker]:
-                    del m._busy[worker]
-                m._kick()
+        yield from _compute(self.env, self.members, worker, seconds / self.speedup)
+
+
+def _compute(env: simpy.Environment, devices: list[Device], worker: str, seconds: float):
+    """`seconds` of work computed on all `devices` at once, at the slowest one's speed."""
+    for d in devices:
+        d.enter(worker)
+    remaining = seconds
+    try:
+        while remaining > 1e-12:
+            rate, t0 = min(d.speed() for d in devices), env.now
+            changed = (  # one device: its own event, cheaper than AnyOf (planner's many runs)
+                devices[0].changed()
+                if len(devices) == 1
+                else simpy.AnyOf(env, [d.changed() for d in devices])
+            )
+            yield env.timeout(remaining / rate) | changed
+            remaining -= (env.now - t0) * rate
+    finally:
+        for d in devices:
+            d.leave(worker, seconds)

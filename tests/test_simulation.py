@@ -336,7 +336,9 @@ def test_the_co_run_micro_benchmark_runs_processes_side_by_side():
     mine = os.sched_getaffinity(0)
     os.sched_setaffinity(0, {min(mine)})  # the processes it starts inherit one core
     try:
-        co = measure(seconds=0.3, rounds=1)
+        # The median of three rounds: a test file beside it (xdist) may share that core for part
+        # of one round.
+        co = measure(seconds=0.3, rounds=3)
     finally:
         os.sched_setaffinity(0, mine)
     assert co.cores == 1 and co.rates[1] == 1.0
