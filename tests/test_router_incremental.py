@@ -236,6 +236,18 @@ async def test_no_warmup_starts_while_a_critical_prefill_holds_the_gate(
         assert trace.warmups == 1 and len(ids) > trace.warmup_lengths[0]
 
 
+class Calls:
+    """`obj.name` replaced by a callable that counts its calls (`n`) and calls the original."""
+
+    def __init__(self, obj, name: str) -> None:
+        self.n, self.original = 0, getattr(obj, name)
+        setattr(obj, name, self)
+
+    def __call__(self, *args, **kwargs):
+        self.n += 1
+        return self.original(*args, **kwargs)
+
+
 async def test_the_loop_wakes_and_recomputes_its_prompt_only_when_its_own_precursors_change(
     smollm_tokenizer_path,  # noqa: F811
 ):
@@ -245,24 +257,8 @@ async def test_the_loop_wakes_and_recomputes_its_prompt_only_when_its_own_precur
     async with one_successor(smollm_tokenizer_path, ("a", "b", "c", "other")) as t:
         apc, dep, target, trace, prompt = t.apc, t.dep, t.target, t.trace, t.prompt
         head = len(t.pieces.head)
-        builds = 0
-        state = prompt.state
-
-        def counted():
-            nonlocal builds
-            builds += 1
-            return state()
-
-        prompt.state = counted
-        looks = 0  # wake-ups: each one reads the precursors' progress
-        progress = prompt.progress
-
-        def looked():
-            nonlocal looks
-            looks += 1
-            return progress()
-
-        prompt.progress = looked
+        builds = Calls(prompt, "state")
+        looks = Calls(prompt, "progress")  # wake-ups: each one reads the precursors' progress
         loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 5.0)
         task = asyncio.create_task(loop.run())
         for _ in range(100):  # the static prefix goes first; then it waits for tokens
@@ -270,20 +266,20 @@ async def test_the_loop_wakes_and_recomputes_its_prompt_only_when_its_own_precur
             if trace.warmups == 1:
                 break
         await asyncio.sleep(0.02)
-        before, looked_before = builds, looks
+        before, looked_before = builds.n, looks.n
         for i in range(30):  # another agent's tokens: no rebuild, not even a wake-up
             apc.append("other", [5 + i], [0.0], "")
             await asyncio.sleep(0.002)
-        assert builds == before and looks == looked_before
+        assert builds.n == before and looks.n == looked_before
         held = hold([dep.gate(target)])
         apc.append("a", [1000], [0.0], "")  # its own token: one rebuild, then the gate
         await asyncio.sleep(0.02)
-        queued = builds
+        queued = builds.n
         assert queued == before + 1 and trace.warmups == 1
         for i in range(1, 30):  # more of its own tokens while the gate is closed
             apc.append("a", [1000 + i], [0.0], "")
             await asyncio.sleep(0.002)
-        assert builds == queued and trace.warmups == 1
+        assert builds.n == queued and trace.warmups == 1
         held.release()  # one warm-up with all 30 tokens
         for _ in range(100):
             await asyncio.sleep(0.01)
@@ -293,7 +289,7 @@ async def test_the_loop_wakes_and_recomputes_its_prompt_only_when_its_own_precur
         for agent in "abc":  # ending precursors complete the prompt
             apc.finish(agent)
         ids = await asyncio.wait_for(task, 5)
-        assert ids[: head + 30] == state().ids[: head + 30]
+        assert ids[: head + 30] == builds.original().ids[: head + 30]
 
 
 async def test_a_closed_gate_does_not_time_out_while_precursors_progress(
