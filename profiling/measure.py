@@ -84,29 +84,26 @@ class ModelRun:
             for (n, c), v in sorted(groups.items())
         ]
 
-    def pd_points(self) -> list[PDPoint]:
-        """Per prompt length: the median of each request's TTFT minus its own prefill span, or
-        where the workers report no span, of TTFT minus the cold prefill median there."""
+    def pd_samples(self) -> dict[int, list[float]]:
+        """The PD path per prompt length, one sample per request: its TTFT less its own prefill
+        span where the workers reported spans, else less the cold prefill median there."""
         if self.pd_path:
-            per_length = self.pd_path
-        else:
-            cold = {p.new_tokens: p.seconds for p in self.prefill_points() if p.cached_tokens == 0}
-            per_length = {n: [t - cold[n] for t in ts] for n, ts in self.ttft.items() if n in cold}
+            return self.pd_path
+        cold = {p.new_tokens: p.seconds for p in self.prefill_points() if p.cached_tokens == 0}
+        return {n: [t - cold[n] for t in ts] for n, ts in self.ttft.items() if n in cold}
+
+    def pd_points(self) -> list[PDPoint]:
+        """Per prompt length, the median of its samples (never negative)."""
         return [
             PDPoint(prompt_tokens=n, seconds=max(0.0, median(ds)))
-            for n, ds in sorted(per_length.items())
+            for n, ds in sorted(self.pd_samples().items())
             if ds
         ]
 
     def pd_fixed_seconds(self) -> float:
-        """Median over (length, rep) of the PD path: each TTFT less its own prefill span where
-        reported, else less the cold prefill median at that length; never negative (a TTFT can
-        undercut a prefill median by noise)."""
-        if self.pd_path:
-            diffs = [d for ds in self.pd_path.values() for d in ds]
-        else:
-            cold = {p.new_tokens: p.seconds for p in self.prefill_points() if p.cached_tokens == 0}
-            diffs = [t - cold[n] for n, ts in self.ttft.items() if n in cold for t in ts]
+        """Median of every sample of the PD path, over lengths and repetitions; never negative
+        (a TTFT can undercut a prefill median by noise)."""
+        diffs = [d for ds in self.pd_samples().values() for d in ds]
         if not diffs:
             raise ProfileError("no TTFT at a cold prefill length: nothing to derive pd_fixed from")
         return max(0.0, median(diffs))
