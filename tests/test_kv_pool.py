@@ -41,3 +41,20 @@ def test_req_to_token_slots():
     assert other != row and table.alloc() is None
     table.free(row)
     assert table.num_free == 1
+
+
+def test_a_freed_run_is_handed_out_again_in_ascending_order():
+    """A KV transfer merges consecutive pages into one range: a LIFO that handed a freed run out
+    backwards made every page a range of its own on every second request."""
+    from sglang_ext.disagg.ranges import page_runs
+
+    pool = PagePool(64, page_size=1)
+    for _ in range(3):
+        pages = pool.alloc(40)
+        assert page_runs(pages) == [(pages[0], 40)]
+        pool.free(pages)
+    a, b = pool.alloc(10), pool.alloc(10)
+    pool.free(a)
+    pool.free(b)
+    # Runs freed one after another come back as runs (b's first, then a's).
+    assert page_runs(pool.alloc(20)) == [(b[0], 10), (a[0], 10)]

@@ -39,11 +39,16 @@ class PagePool:
         return pages
 
     def free(self, pages: list[int]) -> None:
+        """Return pages to the free list, last first, so that the next `alloc` hands a freed run
+        out again in its own (ascending) order. Pushed in the given order, a LIFO list would hand
+        it out backwards, every page a run of its own: a PD request's KV then travels as one NIXL
+        descriptor per page and layer (60 per token for SmolLM2) instead of one per run, and its
+        bootstrap and transfer took ~0.2 s each for a 1,000-token prompt, every second request."""
         for p in pages:
             if self._is_free[p]:
                 raise RuntimeError(f"double free of page {p}")
             self._is_free[p] = True
-            self._free.append(p)
+        self._free.extend(reversed(pages))
 
     def pages_for(self, num_tokens: int) -> int:
         """Pages needed to hold `num_tokens` tokens."""
