@@ -43,6 +43,23 @@ class Cluster:
         return [GPU(i, self.name, self.memory_mib, self.memory_mib) for i in range(self.per_node)]
 
 
+def device_key(node: str, kind: DeviceKind, ids: tuple[int, ...] | list[int] = ()) -> str:
+    """The simulator's name of what a worker runs on: "node:gpu0", a TP group "node:gpu0,1",
+    pinned cores "node:cpu2,3", or a node's unpinned cores "node:cpu" (no ids)."""
+    return f"{node}:{kind}{','.join(map(str, ids))}"
+
+
+def parse_device_key(key: str) -> tuple[str, DeviceKind, list[int]]:
+    """(node, kind, ids) of a `device_key`; ids is [] for a node's unpinned cores. A key without
+    a node ("cpu", "gpu3": the config default's deployment) has node ""."""
+    node, _, rest = key.rpartition(":")
+    kind = rest[:3]
+    if kind not in ("gpu", "cpu"):
+        raise ValueError(f"{key!r} is no device key (node:gpuI[,J] or node:cpu[I,J])")
+    ids = rest[3:]
+    return node, kind, [int(i) for i in ids.split(",")] if ids else []
+
+
 def parse_count(flag: str, spec: str, default_mib: int | None) -> tuple[int, int]:
     """`8` or `8x141GiB` -> (count, MiB); without xMEM, default_mib (PlanError if none)."""
     m = _COUNT.fullmatch(spec.strip())

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 
 from planning.baselines import check_memory
 from planning.cost_model import Replica, RoleWork, device_loads
-from planning.devices import Cluster
+from planning.devices import Cluster, parse_device_key
 from planning.ilp import PlacedReplica, groups
 from planning.pack import PlanError
 from planning.plan_file import Prediction
@@ -100,13 +100,8 @@ def simulated_loads(utilization: dict[str, float], cluster: Cluster) -> dict[Dev
     node's utilization."""
     loads: dict[Device, float] = {}
     for name, busy in utilization.items():
-        node, _, rest = name.partition(":")
-        ids = rest.removeprefix("gpu").removeprefix("cpu")
-        devices = (
-            [(node, int(i)) for i in ids.split(",")]
-            if ids
-            else [d for d in cluster.devices if d[0] == node]
-        )
+        node, _, ids = parse_device_key(name)
+        devices = [(node, i) for i in ids] if ids else [d for d in cluster.devices if d[0] == node]
         for d in devices:
             loads[d] = loads.get(d, 0.0) + busy
     return loads

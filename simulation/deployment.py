@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from planning.devices import device_key, parse_device_key
 from planning.plan_file import DeploymentPlan
 from profiling.profile_file import Profile
 from router.config import TopologyConfig
@@ -124,13 +125,13 @@ def from_plan(
         if w.gpus:
             # Workers on the same GPU time-share it. A TP group computes on each of its GPUs
             # (simulation/device.py TPGroup): the GPUs are the devices, the group a key of them.
-            dev = f"{w.node}:gpu{','.join(map(str, w.gpus))}"
-            devices.update({f"{w.node}:gpu{g}": 1 for g in w.gpus})
+            dev = device_key(w.node, "gpu", w.gpus)
+            devices.update({device_key(w.node, "gpu", [g]): 1 for g in w.gpus})
         else:
             if w.cpus:
-                dev, slots = f"{w.node}:cpu{','.join(map(str, w.cpus))}", len(w.cpus)
+                dev, slots = device_key(w.node, "cpu", w.cpus), len(w.cpus)
             else:
-                dev, slots = f"{w.node}:cpu", profile.device.cores or profile.device.count
+                dev, slots = device_key(w.node, "cpu"), profile.device.cores or profile.device.count
             devices[dev] = slots
         workers.append(SimWorker(w.model, w.role, w.replica, dev, w.share))
     roles = {(w.model, w.role) for w in workers}
@@ -178,8 +179,7 @@ def _slowdowns(profile: Profile) -> tuple[float, float]:
 def tp_members(device: str) -> list[str]:
     """The GPUs of a TP group's key ("node:gpu0,1" -> ["node:gpu0", "node:gpu1"]); [] for a
     device of its own."""
-    node, _, rest = device.partition(":")
-    ids = rest.removeprefix("gpu")
-    if not rest.startswith("gpu") or "," not in ids:
+    node, kind, ids = parse_device_key(device)
+    if kind != "gpu" or len(ids) < 2:
         return []
-    return [f"{node}:gpu{i}" for i in ids.split(",")]
+    return [device_key(node, "gpu", [i]) for i in ids]

@@ -11,7 +11,7 @@ import pytest
 
 from planning import baselines
 from planning.cost_model import critical_path_seconds, device_loads, role_work
-from planning.devices import cluster
+from planning.devices import cluster, device_key, parse_device_key
 from planning.ilp import PlacedReplica, solve
 from planning.ilp_plan import PlanRequest, plan_with_ilp
 from planning.pack import PlanError, place
@@ -391,3 +391,14 @@ def test_moa_pd_plan_with_a_profile(tree, profile, tmp_path, monkeypatch, capsys
     assert "count of GPUs" in capsys.readouterr().err
     assert main([*argv, "--gpus", "4x141GiB", "--search-seconds", "-1"]) == 2
     assert "--search-seconds must be >= 0" in capsys.readouterr().err
+
+
+def test_a_device_key_round_trips_and_a_bad_one_is_named():
+    """One name for what a worker runs on, made by the simulator's deployment and read back by
+    the planner's search (its loads) and the simulator (a TP group's GPUs)."""
+    for node, kind, ids in (("n0", "gpu", [3]), ("n0", "gpu", [0, 1]), ("n1", "cpu", [2, 3])):
+        assert parse_device_key(device_key(node, kind, ids)) == (node, kind, ids)
+    assert device_key("n1", "cpu") == "n1:cpu" and parse_device_key("n1:cpu") == ("n1", "cpu", [])
+    assert parse_device_key("gpu2") == ("", "gpu", [2])
+    with pytest.raises(ValueError, match="'n0:tpu1' is no device key"):
+        parse_device_key("n0:tpu1")

@@ -442,6 +442,7 @@ def test_a_tp_group_computes_on_all_its_gpus_and_shares_each_with_its_other_work
 def test_a_plan_with_a_tp_group_is_simulated_on_its_gpus():
     assert tp_members("n:gpu0,1") == ["n:gpu0", "n:gpu1"]
     assert tp_members("n:gpu0") == tp_members("n:cpu0,1") == tp_members("n:cpu") == []
+    assert tp_members("cpu") == tp_members("gpu3") == []  # the config default's devices
     cfg = tree()
 
     def e2e(decode_on: str) -> tuple[float, dict[str, float]]:
