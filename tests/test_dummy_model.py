@@ -19,8 +19,10 @@ from planning.pack import PlanError
 from router.config import ModelSpec
 from sglang_ext.engine import model_store
 from sglang_ext.engine.dummy_model import PLACEHOLDER_NAME, QWEN3_VOCAB, hf_config
-from sglang_ext.engine.model import CausalLM
+from sglang_ext.engine.forward_batch import ForwardBatch
+from sglang_ext.engine.model import CausalLM, ModelConfig, make_kv_buffer
 from sglang_ext.engine.model_store import resolve_model_path
+from sglang_ext.engine.weights import init_dummy_weights, read_hf_config
 from sglang_ext.server_args import parse_args
 
 # Parameters of the published checkpoints (vocabulary 151,936), from each hub model card.
@@ -125,8 +127,22 @@ def test_model_store_writes_a_dummy_shape_once(tmp_path):
 def test_reference_engine_dummy_weights_are_seeded_and_need_no_weights(tiny_dir):
     a = CausalLM.from_pretrained(str(tiny_dir), load_format="dummy")
     b = CausalLM.from_pretrained(str(tiny_dir), load_format="dummy")
+    # Loading packs the projections (linear.py): what stays dense must agree, and the logits.
     sa, sb = a.state_dict(), b.state_dict()
     assert sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
+    ids = [5, 17, 300, 9, 42]
+    logits = [
+        m(
+            ForwardBatch.build([list(range(len(ids)))], [ids]),
+            make_kv_buffer(m.config, 8, torch.float32),
+        )
+        for m in (a, b)
+    ]
+    assert torch.equal(*logits)
+    # The weights as drawn, before packing.
+    raw = CausalLM(ModelConfig.from_hf(read_hf_config(str(tiny_dir))))
+    init_dummy_weights(raw, std=0.02)
+    sa = raw.state_dict()
     qkv = sa["model.layers.0.self_attn.qkv_proj.weight"]
     assert 0.015 < qkv.std().item() < 0.025  # N(0, initializer_range)
     assert not torch.equal(qkv, sa["model.layers.1.self_attn.qkv_proj.weight"])

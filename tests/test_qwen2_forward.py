@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_model_forward import TOL, SlotPool, chat_ids, hf_logits
+from test_model_forward import SlotPool, assert_logits_close, chat_ids, hf_logits
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from sglang_ext.engine.forward_batch import ForwardBatch
@@ -51,7 +51,7 @@ def test_qwen2_logits_and_greedy_tokens_match_transformers(qwen2):
     # Compared with the untied lm_head packed for oneDNN (linear.py keeps no dense copy of it):
     # 4.2e-5 here.
     got = ours(ForwardBatch.build([slots[: len(ids)]], [ids]), kv, all_logits=True)
-    assert (got - expected).abs().max() < TOL
+    assert_logits_close(got, expected)
     with torch.inference_mode():
         want = ref.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False)
     want = want[0, len(ids) :].tolist()

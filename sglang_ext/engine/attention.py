@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from sglang_ext.engine.forward_batch import ForwardBatch
-from sglang_ext.engine.linear import MergedLinear
+from sglang_ext.engine.linear import Linear, MergedLinear
 
 
 class RotaryEmbedding(nn.Module):
@@ -121,7 +121,7 @@ class Attention(nn.Module):
         self.qkv_proj = MergedLinear(
             hidden_size, [q_size, kv_size, kv_size], bias=bias if qkv_bias is None else qkv_bias
         )
-        self.o_proj = nn.Linear(q_size, hidden_size, bias=bias)
+        self.o_proj = Linear(q_size, hidden_size, bias=bias)
         # Qwen3 and Gemma3 normalize each head of q and k before RoPE.
         self.q_norm = self.k_norm = None
         if qk_norm_eps is not None:

@@ -1,11 +1,19 @@
-"""Linear: nn.Linear whose fp32 weight can be prepacked once for oneDNN (the CPU matmul library).
+"""Linear: nn.Linear whose fp32 weight is prepacked once for oneDNN (the CPU matmul library).
 
-Used for the projections of `CausalLM`; `CausalLM.from_pretrained` packs the lm_head. Why: torch's
-default fp32 CPU matmul (MKL) re-packs the weight on every call, so a decode step of 9 rows
-against SmolLM2's 113 MB lm_head took 36 ms vs 7 ms packed (17 vs 9 ms for one row), measured on
-this project's AMD EPYC with one thread. The layers' small weights are left to MKL: packing them
-too would save ~15 ms more per 9-row step but moves the logits ~1e-4 away from transformers'
-(which uses MKL), past the tolerance the engine is tested to; the lm_head alone moves them 4e-5.
+`CausalLM.from_pretrained` packs every projection and the lm_head. Two reasons, both measured on
+this project's AMD EPYC (AVX2) with one thread:
+- **Batch invariance.** MKL (torch's default fp32 CPU matmul) sums a row in one order for 1 row,
+  another for 2-3 rows and a third for 4 or more, so a sequence's logits depended on how many
+  others shared its decode step, and greedy outputs on timing: pipelined and blocking runs of
+  one question diverged (a leaf decoding beside 3 others in one mode and 4 in the other). oneDNN's
+  packed kernel gives every row the same result at any row count from 2 up (checked to 600 rows
+  for SmolLM2's shapes, tests/test_model_forward.py), so one row is padded to two. A token's K/V
+  and logits are then the same whatever batch or chunk computed them.
+- **Speed.** MKL re-packs the weight on every call: a decode step of SmolLM2's 120 projections
+  took 49 / 69 ms at 4 / 9 rows against 27 / 34 ms packed, and the lm_head 36 ms against 7 ms
+  at 9 rows.
+The price: logits move up to ~1e-4 from transformers' (which uses MKL), a different summation
+order of the same fp32 products.
 """
 
 from __future__ import annotations
@@ -41,9 +49,14 @@ class Linear(nn.Linear):
         return True
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.packed is not None:
-            return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        return F.linear(x, self.weight, self.bias)
+        if self.packed is None:
+            return F.linear(x, self.weight, self.bias)
+        if x.shape[0] == 1:  # oneDNN's one-row kernel sums in another order: see the docstring
+            return self._packed(torch.cat([x, x]))[:1]
+        return self._packed(x)
+
+    def _packed(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
 
 
 class MergedLinear(Linear):
@@ -62,7 +75,7 @@ class GatedMLP(nn.Module):
         super().__init__()
         self.act = act
         self.gate_up_proj = MergedLinear(hidden_size, [intermediate_size] * 2, bias=False)
-        self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
+        self.down_proj = Linear(intermediate_size, hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)

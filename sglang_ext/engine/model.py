@@ -199,7 +199,10 @@ class CausalLM(nn.Module):
         else:
             load_weights(model, path, tied_lm_head=model.config.tie_word_embeddings)
         model.requires_grad_(False)
-        model.lm_head.pack(keep_dense=model.config.tie_word_embeddings)  # see linear.py
+        for module in model.modules():  # every projection, for batch invariance: see linear.py
+            if isinstance(module, Linear):
+                tied = module is model.lm_head and model.config.tie_word_embeddings
+                module.pack(keep_dense=tied)
         return model.eval()
 
     @torch.inference_mode()
