@@ -4,14 +4,15 @@
 this project's AMD EPYC (AVX2) with one thread:
 - **Batch invariance.** MKL (torch's default fp32 CPU matmul) sums a row in one order for 1 row,
   another for 2-3 rows and a third for 4 or more, so a sequence's logits depended on how many
-  others shared its decode step, and greedy outputs on timing: pipelined and blocking runs of
-  one question diverged (a leaf decoding beside 3 others in one mode and 4 in the other). oneDNN's
-  packed kernel gives every row the same result at any row count from 2 up (checked to 600 rows
-  for SmolLM2's shapes, tests/test_model_forward.py), so one row is padded to two. A token's K/V
-  and logits are then the same whatever batch or chunk computed them.
-- **Speed.** MKL re-packs the weight on every call: a decode step of SmolLM2's 120 projections
-  took 49 / 69 ms at 4 / 9 rows against 27 / 34 ms packed, and the lm_head 36 ms against 7 ms
-  at 9 rows.
+  others shared its decode step, and greedy outputs on timing (in a 20-question run at
+  concurrency 1 one leaf's output differed between pipelined and blocking at its 21st token,
+  where its batch's size differs with timing). oneDNN's packed kernel gives every row the same result at any row count from 2 up (checked to 600
+  rows for SmolLM2's shapes; tests/test_model_forward.py holds it for batches of 1-9); fewer
+  rows are padded (MIN_ROWS). A token's K/V and logits are then the same whatever shares its
+  forward.
+- **Speed.** MKL re-packs the weight on every call. A SmolLM2 decode step through the engine
+  took 52 / 91 / 99 / 75 / 94 ms at 1 / 2 / 3 / 4 / 9 rows, and takes 50 / 50 / 57 / 51 / 64 ms
+  packed (one request of 64 tokens per row, medians of 3).
 The price: logits move up to ~1e-4 from transformers' (which uses MKL), a different summation
 order of the same fp32 products.
 """
@@ -24,6 +25,10 @@ from torch import nn
 
 # oneDNN picks the packed layout for this many input rows; any row count works afterwards.
 PACK_ROWS_HINT = 16
+# Fewer rows are padded to this many (copies of the last, dropped afterwards). One row alone is
+# summed in another order (batch invariance, above), and 2-3 rows run slower than 4 here: a
+# SmolLM2 decode step took 68 / 75 / 60 ms at 1 / 2 / 3 rows and 56 ms at 4.
+MIN_ROWS = 4
 
 
 def onednn_available() -> bool:
@@ -51,8 +56,9 @@ class Linear(nn.Linear):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.packed is None:
             return F.linear(x, self.weight, self.bias)
-        if x.shape[0] == 1:  # oneDNN's one-row kernel sums in another order: see the docstring
-            return self._packed(torch.cat([x, x]))[:1]
+        rows = x.shape[0]
+        if rows < MIN_ROWS:  # see MIN_ROWS
+            return self._packed(torch.cat([x, x[-1:].expand(MIN_ROWS - rows, -1)]))[:rows]
         return self._packed(x)
 
     def _packed(self, x: torch.Tensor) -> torch.Tensor:
