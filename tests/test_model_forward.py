@@ -131,7 +131,7 @@ def assert_batch_invariant(model) -> None:
 
     def run(chunks: list[int], batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
         """Prefill `ids` in `chunks`, each beside `batch_size - 1` other prompts, then decode one
-        step beside them; A's decode-step logits and its K/V."""
+        step beside them; the sequence's decode-step logits and its K/V."""
         kv = make_kv_buffer(model.config, 2 * NUM_SLOTS, torch.float32)
         pool = SlotPool(2 * NUM_SLOTS, seed=batch_size)
         slots = pool.take(len(ids) + 1)

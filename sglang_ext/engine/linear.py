@@ -5,16 +5,15 @@ this project's AMD EPYC (AVX2) with one thread:
 - **Batch invariance.** MKL (torch's default fp32 CPU matmul) sums a row in one order for 1 row,
   another for 2-3 rows and a third for 4 or more, so a sequence's logits depended on how many
   others shared its decode step, and greedy outputs on timing (in a 20-question run at
-  concurrency 1 one leaf's output differed between pipelined and blocking at its 21st token,
-  where its batch's size differs with timing). oneDNN's packed kernel gives every row the same result at any row count from 2 up (checked to 600
-  rows for SmolLM2's shapes; tests/test_model_forward.py holds it for batches of 1-9); fewer
-  rows are padded (MIN_ROWS). A token's K/V and logits are then the same whatever shares its
-  forward.
+  concurrency 1 one leaf's output differed between pipelined and blocking at its 21st token).
+  oneDNN's packed kernel gives a row the same result at any row count from 2 up (checked to 600
+  rows for SmolLM2's shapes; tests/test_model_forward.py holds it for batches of 1-9), and fewer
+  rows are padded (MIN_ROWS): a token's K/V and logits are the same whatever shares its forward.
 - **Speed.** MKL re-packs the weight on every call. A SmolLM2 decode step through the engine
   took 52 / 91 / 99 / 75 / 94 ms at 1 / 2 / 3 / 4 / 9 rows, and takes 50 / 50 / 57 / 51 / 64 ms
   packed (one request of 64 tokens per row, medians of 3).
-The price: logits move up to ~1e-4 from transformers' (which uses MKL), a different summation
-order of the same fp32 products.
+The price: logits differ from transformers' (which uses MKL) by up to 1e-5 of the largest logit
+(1.1e-4 on SmolLM2's), the same fp32 products summed in another order.
 """
 
 from __future__ import annotations
@@ -26,8 +25,8 @@ from torch import nn
 # oneDNN picks the packed layout for this many input rows; any row count works afterwards.
 PACK_ROWS_HINT = 16
 # Fewer rows are padded to this many (copies of the last, dropped afterwards). One row alone is
-# summed in another order (batch invariance, above), and 2-3 rows run slower than 4 here: a
-# SmolLM2 decode step took 68 / 75 / 60 ms at 1 / 2 / 3 rows and 56 ms at 4.
+# summed in another order (batch invariance, above), and oneDNN ran 2 rows slower than 4 here: a
+# SmolLM2 decode step took 75 / 60 / 56 ms at 2 / 3 / 4 rows unpadded, 50 / 57 / 51 ms padded.
 MIN_ROWS = 4
 
 
