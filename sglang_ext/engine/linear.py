@@ -9,9 +9,9 @@ this project's AMD EPYC (AVX2) with one thread:
   oneDNN's packed kernel gives a row the same result at any row count from 2 up (checked to 600
   rows for SmolLM2's shapes; tests/test_model_forward.py holds it for batches of 1-9), and fewer
   rows are padded (MIN_ROWS): a token's K/V and logits are the same whatever shares its forward.
-- **Speed.** MKL re-packs the weight on every call. A SmolLM2 decode step through the engine
-  took 52 / 91 / 99 / 75 / 94 ms at 1 / 2 / 3 / 4 / 9 rows, and takes 50 / 50 / 57 / 51 / 64 ms
-  packed (one request of 64 tokens per row, medians of 3).
+- **Speed.** MKL re-packs the weight on every call. A SmolLM2 decode step of 1 / 2 / 3 / 4 / 9 /
+  16 rows takes 0.94 / 0.63 / 0.59 / 0.72 / 0.70 / 0.79 of MKL's time packed
+  (benchmarks/bench_projections.py, both interleaved in one run; docs/benchmarks.md).
 The price: logits differ from transformers' (which uses MKL) by up to 1e-5 of the largest logit
 (1.1e-4 on SmolLM2's), the same fp32 products summed in another order.
 """
@@ -25,8 +25,8 @@ from torch import nn
 # oneDNN picks the packed layout for this many input rows; any row count works afterwards.
 PACK_ROWS_HINT = 16
 # Fewer rows are padded to this many (copies of the last, dropped afterwards). One row alone is
-# summed in another order (batch invariance, above), and oneDNN ran 2 rows slower than 4 here: a
-# SmolLM2 decode step took 75 / 60 / 56 ms at 2 / 3 / 4 rows unpadded, 50 / 57 / 51 ms padded.
+# summed in another order (batch invariance, above), and oneDNN ran 2 rows slower than 4 here (a
+# SmolLM2 decode step took 75 / 60 / 56 ms at 2 / 3 / 4 rows unpadded: an ad-hoc measurement).
 MIN_ROWS = 4
 
 

@@ -188,10 +188,16 @@ class CausalLM(nn.Module):
 
     @classmethod
     def from_pretrained(
-        cls, path: str, dtype: torch.dtype = torch.float32, load_format: str = "auto"
+        cls,
+        path: str,
+        dtype: torch.dtype = torch.float32,
+        load_format: str = "auto",
+        pack_projections: bool = True,
     ) -> CausalLM:
         """Load an HF directory (see `model_store.resolve_model_path` for names); load_format
-        "dummy" (SGLang's name) reads only config.json and fills seeded random weights."""
+        "dummy" (SGLang's name) reads only config.json and fills seeded random weights.
+        `pack_projections=False` packs the lm_head only, leaving the layers to MKL as before
+        stop 38 (batch-variant; benchmarks/bench_projections.py compares the two)."""
         hf = read_hf_config(path)
         model = cls(ModelConfig.from_hf(hf, dtype))
         if load_format == P.LOAD_FORMAT_DUMMY:
@@ -200,7 +206,7 @@ class CausalLM(nn.Module):
             load_weights(model, path, tied_lm_head=model.config.tie_word_embeddings)
         model.requires_grad_(False)
         for module in model.modules():  # every projection, for batch invariance: see linear.py
-            if isinstance(module, Linear):
+            if isinstance(module, Linear) and (pack_projections or module is model.lm_head):
                 tied = module is model.lm_head and model.config.tie_word_embeddings
                 module.pack(keep_dense=tied)
         return model.eval()
