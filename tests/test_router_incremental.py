@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import itertools
 from types import SimpleNamespace
+from unittest.mock import Mock
 
 import pytest
 
@@ -236,18 +237,6 @@ async def test_no_warmup_starts_while_a_critical_prefill_holds_the_gate(
         assert trace.warmups == 1 and len(ids) > trace.warmup_lengths[0]
 
 
-class Calls:
-    """`obj.name` replaced by a callable that counts its calls (`n`) and calls the original."""
-
-    def __init__(self, obj, name: str) -> None:
-        self.n, self.original = 0, getattr(obj, name)
-        setattr(obj, name, self)
-
-    def __call__(self, *args, **kwargs):
-        self.n += 1
-        return self.original(*args, **kwargs)
-
-
 async def test_the_loop_wakes_and_recomputes_its_prompt_only_when_its_own_precursors_change(
     smollm_tokenizer_path,  # noqa: F811
 ):
@@ -257,8 +246,10 @@ async def test_the_loop_wakes_and_recomputes_its_prompt_only_when_its_own_precur
     async with one_successor(smollm_tokenizer_path, ("a", "b", "c", "other")) as t:
         apc, dep, target, trace, prompt = t.apc, t.dep, t.target, t.trace, t.prompt
         head = len(t.pieces.head)
-        builds = Calls(prompt, "state")
-        looks = Calls(prompt, "progress")  # wake-ups: each one reads the precursors' progress
+        state = prompt.state
+        builds = prompt.state = Mock(wraps=state)
+        # Wake-ups: each one reads the precursors' progress.
+        looks = prompt.progress = Mock(wraps=prompt.progress)
         loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 5.0)
         task = asyncio.create_task(loop.run())
         for _ in range(100):  # the static prefix goes first; then it waits for tokens
@@ -266,20 +257,20 @@ async def test_the_loop_wakes_and_recomputes_its_prompt_only_when_its_own_precur
             if trace.warmups == 1:
                 break
         await asyncio.sleep(0.02)
-        before, looked_before = builds.n, looks.n
+        before, looked_before = builds.call_count, looks.call_count
         for i in range(30):  # another agent's tokens: no rebuild, not even a wake-up
             apc.append("other", [5 + i], [0.0], "")
             await asyncio.sleep(0.002)
-        assert builds.n == before and looks.n == looked_before
+        assert builds.call_count == before and looks.call_count == looked_before
         held = hold([dep.gate(target)])
         apc.append("a", [1000], [0.0], "")  # its own token: one rebuild, then the gate
         await asyncio.sleep(0.02)
-        queued = builds.n
+        queued = builds.call_count
         assert queued == before + 1 and trace.warmups == 1
         for i in range(1, 30):  # more of its own tokens while the gate is closed
             apc.append("a", [1000 + i], [0.0], "")
             await asyncio.sleep(0.002)
-        assert builds.n == queued and trace.warmups == 1
+        assert builds.call_count == queued and trace.warmups == 1
         held.release()  # one warm-up with all 30 tokens
         for _ in range(100):
             await asyncio.sleep(0.01)
@@ -289,7 +280,7 @@ async def test_the_loop_wakes_and_recomputes_its_prompt_only_when_its_own_precur
         for agent in "abc":  # ending precursors complete the prompt
             apc.finish(agent)
         ids = await asyncio.wait_for(task, 5)
-        assert ids[: head + 30] == builds.original().ids[: head + 30]
+        assert ids[: head + 30] == state().ids[: head + 30]
 
 
 async def test_a_closed_gate_does_not_time_out_while_precursors_progress(
