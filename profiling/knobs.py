@@ -39,13 +39,17 @@ GPU_KNOBS = Knobs(
     reps=5,
 )
 # The CPU configs' models (SmolLM2-135M, Gemma-3-270M) on 2 shared cores, where a 512-token
-# Gemma-3 prefill takes 1-4 s and a decode step 0.1-0.7 s (by load): ~0.5-1.5 min per model.
+# Gemma-3 prefill takes 1-4 s and a decode step 0.1-0.7 s (by load): ~1-2 min per model. The
+# points reach what a deployment runs, since the fits do not extrapolate far: prompts of 1,024
+# tokens and decode contexts of 512 (an aggregator's prompt holds three to nine answers,
+# ~500-1,500 tokens), decode batches of 16 (the reference engine's default --max-running-requests;
+# its step costs more per row there than the line through 1-8 rows predicts).
 CPU_KNOBS = Knobs(
-    prompt_lengths=(32, 128, 384),
+    prompt_lengths=(32, 128, 384, 1024),
     cached_prefixes=(96, 288),
     cached_new_tokens=32,
-    decode_batches=(1, 4, 8),
-    decode_contexts=(32, 160),
+    decode_batches=(1, 4, 8, 16),
+    decode_contexts=(32, 512),
     decode_tokens=16,
     reps=3,
 )
