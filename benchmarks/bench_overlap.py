@@ -35,6 +35,7 @@ from experiments.router_client import RouterClient
 from experiments.run import flush_worker_caches, result_row
 from experiments.settings import SETTINGS
 from launch.commands import bring_up, make_stack
+from planning.placement import PlacementOptions
 from router.config_loader import load_config
 
 BLOCKING, PIPELINED = SETTINGS[2], SETTINGS[3]
@@ -220,7 +221,15 @@ def main() -> None:
     n = args.offset + max(args.num_samples, args.c4_samples)
     questions = load_questions(args.dataset, n)[args.offset :]
     bench = BenchRun("benchmarks.bench_overlap")
-    stack = make_stack([args.config], "torch", out / "deploy", "127.0.0.1", args.pin_cpus)
+    # Started as `moa-pd up --concurrency N` would: pools and decode slots for N in flight.
+    stack = make_stack(
+        [args.config],
+        "torch",
+        out / "deploy",
+        "127.0.0.1",
+        args.pin_cpus,
+        placement=PlacementOptions(concurrency=args.concurrency),
+    )
     for name in ("results.jsonl", "results_c4.jsonl"):
         (out / name).unlink(missing_ok=True)
     try:

@@ -93,6 +93,8 @@ def make_plan_stack(
         placement=None if join else part.placement(),
         sglang_cpu=plan.backend == "sglang" and not part.on_gpus(),
         warmup_verb=warmup_verb,
+        # Decode running requests as the planner simulated them (pools come with the plan).
+        concurrency=plan.predicted.concurrency,
         api_key=api_key,
         plan=part,
         joined=joined,

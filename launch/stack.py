@@ -33,11 +33,13 @@ from launch.run_dir import claim, mark_stopped
 from launch.worker_cmd import placement_flags, router_argv, worker_argv
 from planning.models import merge_models, resolve_model
 from planning.pack import PlanError, plan_cpus
+from planning.pool_need import running_needs
 from planning.types import Placement
 from router.api_key import KEY_FILE, write_key_file
 from router.cluster import create_time
 from router.config import TopologyConfig
 from sglang_ext.engine.config import DEFAULT_MAX_TOTAL_TOKENS
+from sglang_ext.server_args import DEFAULT_MAX_RUNNING_REQUESTS
 from sglang_ext.sglang_backend import cpu
 from sglang_ext.sglang_backend import gpu as sglang_gpu
 
@@ -78,6 +80,8 @@ class Stack:
         # pool is checked against it once healthy.
         self.pool_needs = pool_needs or {}
         self.concurrency = concurrency
+        # {model: requests} a decode worker runs at once at this concurrency (planning.pool_need).
+        self.running_needs = running_needs(configs, concurrency)
         self.startup_timeout_s = startup_timeout_s
         # Each worker on its own cores (planning.pack.plan_cpus), so a prefill and a decode
         # worker contend as little as on separate GPUs.
@@ -185,6 +189,7 @@ class Stack:
                 elif self.backend == "sglang":
                     argv += sglang_gpu.worker_flags(argv)  # triton where the kernels lack FA3
                 argv, env = self._with_pool(m, role, f"{m.name}.{role}{i}", argv, env)
+                argv = self._with_running_slots(m, role, argv)
                 specs.append(
                     ProcSpec(
                         f"{m.name}.{role}{i}",
@@ -240,6 +245,18 @@ class Stack:
         if configured is None and need > default:
             argv = argv + ["--max-total-tokens", str(need)]
         return argv, env
+
+    def _with_running_slots(self, m: ModelPlan, role: str, argv: list[str]) -> list[str]:
+        """A reference decode worker runs as many requests at once as the configs' agents have in
+        flight at this concurrency, where that is more than its default and the config sets
+        none (real SGLang sizes its own from memory)."""
+        if self.backend != "torch" or role != "decode":
+            return argv
+        configured = m.spec.server_args.get("torch", {}).get("max_running_requests")
+        need = self.running_needs.get(m.name, 0)
+        if configured is None and need > DEFAULT_MAX_RUNNING_REQUESTS:
+            argv = argv + ["--max-running-requests", str(need)]
+        return argv
 
     def worker_turns(self) -> list[list[ProcSpec]]:
         """Workers in start order: those sharing a GPU one turn after another (placement

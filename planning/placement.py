@@ -135,7 +135,11 @@ def add_placement_args(
     )
     if concurrency:  # `moa-pd run` has its own --concurrency, which sizes the pools too
         p.add_argument(
-            "--concurrency", type=int, default=1, help="questions in flight; sizes the KV pools"
+            "--concurrency",
+            type=int,
+            default=1,
+            help="questions in flight; sizes the KV pools and (reference engine) the decode "
+            "workers' --max-running-requests",
         )
     p.add_argument(
         "--question-tokens",

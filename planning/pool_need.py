@@ -3,7 +3,8 @@
 An agent's prompt: planning.prompt_length's estimate (its template's tokens, each precursor's
 max_new_tokens, an allowance for the question), the one the simulator uses too. Agents are in
 flight at once when neither waits for the other (an antichain of the agent graph); the need is
-the heaviest such set, × the questions in flight (concurrency).
+the heaviest such set, × the questions in flight (concurrency). The same sets, counted rather
+than weighed, are the requests a decode worker runs at once (`running_needs`).
 """
 
 from __future__ import annotations
@@ -88,4 +89,20 @@ def pool_needs(
             for role, weight in (("prefill", prefill), ("decode", decode)):
                 need = max(floor, concurrency * max_weight_antichain(cfg, weight))
                 needs[(model, role)] = max(needs.get((model, role), 0), need)
+    return needs
+
+
+def running_needs(configs: list[TopologyConfig], concurrency: int = 1) -> dict[str, int]:
+    """{model: requests} its decode workers may have running at once: the most of its agents in
+    flight together (an antichain, as for pools), × the questions in flight. A decode worker that
+    admits fewer holds the rest in bootstrap before their prefill even starts; under load that
+    queue, not compute, was most of a question's time (docs/benchmarks.md, issue 28). Warm-ups
+    never reach decode and are not counted."""
+    needs: dict[str, int] = {}
+    for cfg in configs:
+        for model in cfg.models:
+            mine = {a.id: 1 for a in cfg.agents if a.model == model}
+            if mine:
+                need = concurrency * max_weight_antichain(cfg, mine)
+                needs[model] = max(needs.get(model, 0), need)
     return needs

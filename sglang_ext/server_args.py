@@ -12,6 +12,11 @@ from dataclasses import dataclass
 
 from sglang_ext.protocol import DEFAULT_BOOTSTRAP_PORT, DISAGG_MODES
 
+# Requests a worker runs at once (decode: running + receiving KV). `moa-pd up` raises it on decode
+# workers to what the configs' agents need at the deployment's concurrency
+# (planning.pool_need.running_needs); real SGLang sizes it from memory.
+DEFAULT_MAX_RUNNING_REQUESTS = 16
+
 
 class UnsupportedFlagError(ValueError):
     """An SGLang flag the torch backend does not implement."""
@@ -29,7 +34,7 @@ class ServerArgs:
     disaggregation_bootstrap_port: int = DEFAULT_BOOTSTRAP_PORT
     page_size: int = 1
     max_total_tokens: int | None = None  # None: engine.config.DEFAULT_MAX_TOTAL_TOKENS (16384)
-    max_running_requests: int = 16
+    max_running_requests: int = DEFAULT_MAX_RUNNING_REQUESTS
     max_queued_requests: int = 256
     max_prefill_tokens: int = 4096
     chunked_prefill_size: int = 2048

@@ -90,7 +90,9 @@ def main(args: argparse.Namespace) -> int:
             configs.append(load_config(args.dense_config))
         settings = parse_settings(args.settings)
         plan = DeploymentPlan.load(args.plan) if args.plan else None
-        deployment = deployment_for(plan, configs, profile)
+        # One deployment for every row, started for the largest concurrency (as one `moa-pd up
+        # --concurrency N` would serve them all).
+        deployment = deployment_for(plan, configs, profile, max(args.concurrency))
         rows = trace_rows(args.trace) if args.trace else None
         order = ", workflow priority" if args.workflow_priority else ""
         table = Table(

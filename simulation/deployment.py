@@ -9,16 +9,14 @@ from dataclasses import dataclass, field
 
 from planning.devices import device_key, parse_device_key
 from planning.plan_file import DeploymentPlan
+from planning.pool_need import running_needs
 from profiling.profile_file import Profile
 from router.config import TopologyConfig
+from sglang_ext.server_args import DEFAULT_MAX_RUNNING_REQUESTS
 
 # The reference engine's defaults (sglang_ext/server_args.py) where a config sets none.
 DEFAULT_MAX_PREFILL_TOKENS = 4096
 DEFAULT_CHUNKED_PREFILL_SIZE = 2048
-# A decode worker admits this many requests at once (running + receiving KV); the rest wait
-# before their prefill even starts (the prefill side waits for decode's bootstrap). The reference
-# engine's default; real SGLang sizes it from memory, so there it is left unbounded.
-DEFAULT_MAX_RUNNING_REQUESTS = {"torch": 16, "sglang": 1 << 20}
 # What busy workers on a CPU cost each other beyond sharing its cores (simulation/device.py) where
 # the profile did not measure it (`moa-pd profile --co-run`): none.
 CPU_CO_RUN_SLOWDOWN = 0.0
@@ -70,15 +68,23 @@ def _prefill_args(configs: list[TopologyConfig], backend: str) -> dict[str, tupl
     return out
 
 
-def _decode_slots(configs: list[TopologyConfig], backend: str) -> dict[str, int]:
-    return {
-        name: int(
-            spec.server_args.get(backend, {}).get(
-                "max_running_requests", DEFAULT_MAX_RUNNING_REQUESTS[backend]
-            )
-        )
-        for name, spec in merged_models(configs).items()
-    }
+def _decode_slots(configs: list[TopologyConfig], backend: str, concurrency: int) -> dict[str, int]:
+    """Requests a model's decode worker admits at once (running + receiving KV); the rest wait
+    before their prefill even starts (the prefill side waits for decode's bootstrap). As `moa-pd
+    up` starts them: the config's max_running_requests, else the reference engine's default
+    raised to what the agents need at this concurrency (launch/stack.py); real SGLang sizes its
+    own from memory, so there it is left unbounded."""
+    needs = running_needs(configs, concurrency)
+    out = {}
+    for name, spec in merged_models(configs).items():
+        configured = spec.server_args.get(backend, {}).get("max_running_requests")
+        if configured is not None:
+            out[name] = int(configured)
+        elif backend == "torch":
+            out[name] = max(DEFAULT_MAX_RUNNING_REQUESTS, needs.get(name, 0))
+        else:
+            out[name] = 1 << 20
+    return out
 
 
 def _check_profiled(models, profile: Profile) -> None:
@@ -90,7 +96,9 @@ def _check_profiled(models, profile: Profile) -> None:
         )
 
 
-def default_deployment(configs: list[TopologyConfig], profile: Profile) -> SimDeployment:
+def default_deployment(
+    configs: list[TopologyConfig], profile: Profile, concurrency: int = 1
+) -> SimDeployment:
     models = merged_models(configs)
     _check_profiled(models, profile)
     workers = []
@@ -113,11 +121,12 @@ def default_deployment(configs: list[TopologyConfig], profile: Profile) -> SimDe
         configs,
         profile,
         f"config default: {len(workers)} workers, {where}",
+        concurrency,
     )
 
 
 def from_plan(
-    plan: DeploymentPlan, configs: list[TopologyConfig], profile: Profile
+    plan: DeploymentPlan, configs: list[TopologyConfig], profile: Profile, concurrency: int = 1
 ) -> SimDeployment:
     _check_profiled({w.model for w in plan.workers}, profile)
     workers, devices = [], {}
@@ -144,7 +153,7 @@ def from_plan(
                 )
     scope = "worker" if any(w.gpus for w in plan.workers) else "device"
     label = f"plan ({plan.mode}): {len(workers)} workers on {len(devices)} devices"
-    return _deployment(workers, devices, scope, configs, profile, label)
+    return _deployment(workers, devices, scope, configs, profile, label, concurrency)
 
 
 def _deployment(
@@ -154,15 +163,17 @@ def _deployment(
     configs: list[TopologyConfig],
     profile: Profile,
     label: str,
+    concurrency: int,
 ) -> SimDeployment:
-    """The deployment with the configs' engine settings and the profile's device behaviour."""
+    """The deployment with the configs' engine settings (as started for `concurrency` questions
+    in flight) and the profile's device behaviour."""
     return SimDeployment(
         tuple(workers),
         devices,
         scope,
         _prefill_args(configs, profile.backend),
         label,
-        _decode_slots(configs, profile.backend),
+        _decode_slots(configs, profile.backend, concurrency),
         *_slowdowns(profile),
     )
 

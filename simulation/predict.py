@@ -98,11 +98,15 @@ def simulate_setting(
 
 
 def deployment_for(
-    plan: DeploymentPlan | None, configs: list[TopologyConfig], profile: Profile
+    plan: DeploymentPlan | None,
+    configs: list[TopologyConfig],
+    profile: Profile,
+    concurrency: int = 1,
 ) -> SimDeployment:
-    return (
-        default_deployment(configs, profile) if plan is None else from_plan(plan, configs, profile)
-    )
+    """The plan's deployment, or the configs' default one, as started for `concurrency`."""
+    if plan is None:
+        return default_deployment(configs, profile, concurrency)
+    return from_plan(plan, configs, profile, concurrency)
 
 
 def predict_plan(
@@ -125,7 +129,7 @@ def predict_plan(
     if concurrency < 1 or questions < 1:
         raise ValueError("concurrency and questions must be at least 1")
     rows = trace_rows(trace) if trace is not None else None
-    deployment = deployment_for(plan, configs, profile)
+    deployment = deployment_for(plan, configs, profile, concurrency)
     out = simulate_setting(
         deployment,
         configs,

@@ -28,7 +28,7 @@ from router.config_loader import ConfigError, load_config
 from simulation.deployment import default_deployment
 from simulation.predict import simulate_setting, trace_rows
 
-LATENCY_TOLERANCE = 0.15  # the issue's targets
+LATENCY_TOLERANCE = 0.10  # issue 29's targets (Vidur reports < 9% for single-model serving)
 RATIO_TOLERANCE = 0.05
 
 
@@ -91,7 +91,7 @@ def check_run(
     if tree_name is None:  # a run of #1 alone: the dense config stands in both places
         configs = configs * 2
     q = concurrency or concurrency_of(rows)
-    deployment = default_deployment(configs, profile)
+    deployment = default_deployment(configs, profile, q)
     checks = []
     for s, rs in sorted(by_setting.items()):
         out = simulate_setting(deployment, configs, profile, s, q, len(rs), rs)

@@ -17,7 +17,9 @@ from launch.plan_up import make_plan_stack
 from launch.procs import LaunchError
 from planning.models import merge_models
 from planning.plan_file import DeploymentPlan
+from planning.pool_need import running_needs
 from router.config_loader import load_config
+from sglang_ext.server_args import DEFAULT_MAX_RUNNING_REQUESTS
 
 FIXTURE = Path(__file__).parent / "fixtures" / "plan_two_nodes.json"
 MODELS = merge_models([load_config("tree_3_1_cpu")])
@@ -183,3 +185,19 @@ def test_parts_merge_in_replica_order_and_a_missing_node_is_named(tmp_path):
     assert merged["processes"]["http://127.0.0.2:13"] == {"name": "smollm2.decode0"}
     with pytest.raises(LaunchError, match="no part for node.s. a of plan p"):
         merge_parts(plan, "p", {Path("b"): part_b})
+
+
+def test_a_plan_for_eight_questions_starts_its_decode_workers_with_their_running_requests(
+    tmp_path,
+):
+    """As the planner simulated it (simulation/deployment.py, the plan's concurrency)."""
+    raw = _one_node(_raw())
+    raw["predicted"]["concurrency"] = 8
+    stack = make_plan_stack(_write(tmp_path, raw), None, None, tmp_path / "d")
+    stack.plan()
+    specs = {s.name: s.argv for s in stack.worker_specs()}
+    need = running_needs(stack.configs, 8)["smollm2"]
+    decode = specs["smollm2.decode0"]
+    assert need > DEFAULT_MAX_RUNNING_REQUESTS
+    assert decode[decode.index("--max-running-requests") + 1] == str(need)
+    assert "--max-running-requests" not in specs["smollm2.prefill0"]

@@ -4,6 +4,7 @@ exact lines: blocking vs pipelined on a two-leaf tree, continuous batching, shar
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pytest
 import simpy
@@ -373,14 +374,21 @@ def test_workflow_priority_serves_the_oldest_question_first_at_the_decode_slots(
     assert {r.sample_id: r.e2e_s for r in default.rows} == fcfs
 
 
-def test_simulate_command_takes_workflow_priority(capsys):
+def test_simulate_command_takes_workflow_priority(capsys, tmp_path):
     import argparse
+    import json
 
     from simulation import command
 
     p = argparse.ArgumentParser()
     command.add_arguments(p)
-    base = ["--profile", "tests/data/simulation/profile_cpu.json", "--config", "tree_9_3_1_cpu"]
+    # Priority orders the decode worker's admission, so it needs a queue there: the config caps
+    # the running requests at 16 (`moa-pd up --concurrency 8` would start 72).
+    raw = json.loads(Path("cfgs/tree_9_3_1_cpu.json").read_text())
+    raw["models"]["smollm2"]["server_args"]["torch"]["max_running_requests"] = 16
+    capped = tmp_path / "tree_9_3_1_cpu.json"
+    capped.write_text(json.dumps(raw))
+    base = ["--profile", "tests/data/simulation/profile_cpu.json", "--config", str(capped)]
     base += ["--settings", "3", "--concurrency", "8", "--questions", "8"]
     medians = {}
     for extra in ([], ["--workflow-priority"]):
