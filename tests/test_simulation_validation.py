@@ -1,12 +1,14 @@
 """The simulator stays validated: predicted vs measured median end-to-end latency of settings
 #1, #2, #3 on tree_9_3_1_cpu / all_to_all_9_9_1_cpu and #2, #3 on tree_9_3_1_mixed_cpu at
-concurrency 1 (4 questions) and 4 (8 questions), from the runs of tests/data/simulation/ (trimmed
-to what the simulator reads; `trim_runs.py` there rebuilds them), with the CPU profile
-`moa-pd profile` measured on the same machine afterwards (profile_cpu.json: measured, not fitted
-to these runs; fitting it to them would make the check circular). Targets: medians within ±15%,
-the #3÷#2 and #2÷#1 ratios within ±0.05.
+concurrency 1 (4 questions) and 4 (8 questions), from the runs of tests/data/simulation/ (stop
+39's, on the engine after stop 38's fixes and with decode running requests sized for concurrency
+4; trimmed to what the simulator reads; `trim_runs.py` there rebuilds them), with the CPU profile
+`moa-pd profile --co-run` measured on the same machine right after them (profile_cpu.json, also
+profiling/measured/cpu_2core_torch.json: measured, not fitted to these runs; fitting it to them
+would make the check circular). Targets: medians within ±10%, the #3÷#2 and #2÷#1 ratios within
+±0.05.
 
-Three checks miss the targets today and are held to their current error instead, so a change
+Seven checks miss the targets today and are held to their current error instead, so a change
 that makes them worse still fails (see KNOWN_MISSES for why)."""
 
 from __future__ import annotations
@@ -21,16 +23,21 @@ from simulation.validate import LATENCY_TOLERANCE, RATIO_TOLERANCE, check_run
 DATA = Path(__file__).parent / "data" / "simulation"
 RUNS = ("tree_c1", "tree_c4", "mixed_c1", "mixed_c4")
 
-# (run, check) -> the bound held instead of the target (measured error when recorded).
+# (run, check) -> the bound held instead of the target (measured error when recorded;
+# docs/benchmarks.md, "The validation table re-measured on today's engine").
 KNOWN_MISSES = {
-    # Four workers on two cores: decoding is slower than the profile (each model measured alone)
-    # times the core share predicts (-19.1% / -18.3%): oversubscribed processes lose more than
-    # their share on this VM, an effect no independent measurement calibrates yet.
-    ("mixed_c1", "#2"): 0.22,
-    ("mixed_c1", "#3"): 0.22,
-    # At concurrency 4 the router admitted fewer warm-ups than the model's gate does (3.3 vs 8.1
-    # per question), so measured #3 hid nothing (1.067) where the model hides most (0.937).
-    ("tree_c4", "#3/#2"): 0.15,
+    # The tree is predicted faster than it ran: decode at 1-9 rows by -7 to -13% at concurrency 1
+    # (the profile's decode line through batches 1-16 under-predicts small batches; three
+    # profiles measured within an hour move these checks by up to 6 points)...
+    ("tree_c1", "#2"): 0.14,  # -13.1%
+    ("tree_c1", "#3"): 0.14,  # -12.6%
+    ("tree_c1", "#2/#1"): 0.06,  # -0.055
+    # ...and by 14-25% at concurrency 4, most for the dense 9-9-1 (36 aggregators of ~1,000-token
+    # prompts decoding together: 49 s of decode on its critical path measured, 40 predicted).
+    ("tree_c4", "#1"): 0.27,  # -25.0%
+    ("tree_c4", "#2"): 0.15,  # -13.7%
+    ("tree_c4", "#3"): 0.18,  # -16.4%
+    ("tree_c4", "#2/#1"): 0.09,  # +0.084
 }
 
 
