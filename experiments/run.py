@@ -405,6 +405,20 @@ def _runs(spec: RunSpec, config: str) -> bool:
     return config != spec.routed_config or any(s.topology == "routed" for s in spec.settings)
 
 
+def undersized_warning(cluster: dict, concurrency: int, path: Path) -> str | None:
+    """Why a deployment started for fewer questions in flight than this run sends may make it
+    wait (its decode workers' running requests and KV pools are sized at `moa-pd up`), or None."""
+    started_for = cluster.get("concurrency")
+    if started_for is None or concurrency <= started_for:
+        return None
+    return (
+        f"warning: {path} was started for {started_for} question(s) in flight and this run sends "
+        f"{concurrency}: its decode workers may admit too few requests (a request then waits "
+        f"before its prefill even starts) and its KV pools may be short; start it with `moa-pd "
+        f"up --concurrency {concurrency}` for numbers of this load"
+    )
+
+
 def run_experiment(spec: RunSpec) -> list[Path]:
     """Run (bringing a deployment up and down when no cluster is given), then write summary.json,
     the comparison table and the figures; returns the files written."""
@@ -418,6 +432,12 @@ def run_experiment(spec: RunSpec) -> list[Path]:
     check_votes(spec)
     if spec.cluster_path:
         cluster = json.loads(Path(spec.cluster_path).read_text())
+        warning = undersized_warning(cluster, spec.concurrency, spec.cluster_path)
+        if warning:
+            from rich.console import Console
+            from rich.markup import escape
+
+            Console(stderr=True, soft_wrap=True).print(f"[yellow]{escape(warning)}[/yellow]")
         asyncio.run(run_async(spec, cluster))
     else:
         from launch.commands import bring_up, make_stack

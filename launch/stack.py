@@ -353,6 +353,8 @@ class Stack:
             "shell_router_url": f"http://{self.host}:{self.shell_router_port}",
             "warmup_verb": self.warmup_verb,
             "configs": self.config_paths,
+            # The questions in flight its KV pools and decode running requests are sized for.
+            "concurrency": self.concurrency,
             **({"api_key_file": str(self.key_path)} if self.api_key else {}),
             **(
                 {"timeouts": {"health_probe_s": SGLANG_HEALTH_PROBE_S}}

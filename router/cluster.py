@@ -131,6 +131,9 @@ class ClusterSpec(_Tolerant):
     # How warm-ups reach a prefill worker: SGLang's own /generate with the fake bootstrap host
     # (works on unpatched SGLang <= 0.5.10), or our /prefill_only verb.
     warmup_verb: Literal["generate", "prefill_only"] = "generate"
+    # The questions in flight `moa-pd up --concurrency` sized its KV pools and decode running
+    # requests for (None: a cluster.json written before it was recorded).
+    concurrency: int | None = None
     # Whether the router sends SGLang's `priority` field (critical above warm-ups), a second line
     # behind its own PrefillGate. None: per model, as its workers were started (a model's
     # `priority_scheduling`, from --enable-priority-scheduling); True/False overrides that

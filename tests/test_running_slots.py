@@ -74,3 +74,24 @@ def test_the_simulator_admits_what_up_would_start(concurrency, slots):
     tree = load_config("tree_9_3_1_cpu")
     dep = default_deployment([tree], profile, concurrency)
     assert dep.decode_slots == {"smollm2": slots}
+
+
+def test_cluster_json_records_the_concurrency_and_run_warns_when_it_sends_more(tmp_path):
+    from experiments.run import undersized_warning
+    from router.cluster import ClusterSpec
+
+    cfg = load_config("tree_9_3_1_cpu")
+    stack = Stack([cfg], ["tree_9_3_1_cpu"], "torch", tmp_path / "run", concurrency=4)
+    stack.plan()
+    stack.worker_specs()
+    cluster = stack.cluster()
+    assert cluster["concurrency"] == 4
+    assert ClusterSpec.model_validate(cluster).concurrency == 4
+    path = tmp_path / "cluster.json"
+    assert undersized_warning(cluster, 4, path) is None
+    assert undersized_warning(cluster, 2, path) is None
+    warning = undersized_warning(cluster, 8, path)
+    assert warning is not None and "moa-pd up --concurrency 8" in warning and str(path) in warning
+    # A cluster.json from before the field: nothing to compare, no warning.
+    del cluster["concurrency"]
+    assert undersized_warning(cluster, 8, path) is None
