@@ -33,7 +33,7 @@ from launch.run_dir import claim, mark_stopped
 from launch.worker_cmd import placement_flags, router_argv, worker_argv
 from planning.models import merge_models, resolve_model
 from planning.pack import PlanError, plan_cpus
-from planning.pool_need import running_needs
+from planning.pool_need import decode_running_requests, running_needs
 from planning.types import Placement
 from router.api_key import KEY_FILE, write_key_file
 from router.cluster import create_time
@@ -247,15 +247,14 @@ class Stack:
         return argv, env
 
     def _with_running_slots(self, m: ModelPlan, role: str, argv: list[str]) -> list[str]:
-        """A reference decode worker runs as many requests at once as the configs' agents have in
-        flight at this concurrency, where that is more than its default and the config sets
-        none (real SGLang sizes its own from memory)."""
-        if self.backend != "torch" or role != "decode":
+        """A decode worker's --max-running-requests where planning.pool_need's rule raises it
+        above the engine's default (a config's own value is in argv already)."""
+        if role != "decode" or "max_running_requests" in m.spec.server_args.get(self.backend, {}):
             return argv
-        configured = m.spec.server_args.get("torch", {}).get("max_running_requests")
         need = self.running_needs.get(m.name, 0)
-        if configured is None and need > DEFAULT_MAX_RUNNING_REQUESTS:
-            argv = argv + ["--max-running-requests", str(need)]
+        n = decode_running_requests(m.spec.server_args, self.backend, need)
+        if n is not None and n > DEFAULT_MAX_RUNNING_REQUESTS:
+            argv = argv + ["--max-running-requests", str(n)]
         return argv
 
     def worker_turns(self) -> list[list[ProcSpec]]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from planning.prompt_length import DEFAULT_QUESTION_TOKENS, max_new_tokens, prompt_tokens
 from router.config import TopologyConfig
+from sglang_ext.server_args import DEFAULT_MAX_RUNNING_REQUESTS
 
 
 def max_weight_antichain(cfg: TopologyConfig, weight: dict[str, int]) -> int:
@@ -106,3 +107,14 @@ def running_needs(configs: list[TopologyConfig], concurrency: int = 1) -> dict[s
                 need = concurrency * max_weight_antichain(cfg, mine)
                 needs[model] = max(needs.get(model, 0), need)
     return needs
+
+
+def decode_running_requests(server_args: dict, backend: str, need: int) -> int | None:
+    """The running requests a model's decode workers start with, given its config's
+    `server_args` and the `need` above: the config's own value, else on the reference engine its
+    default raised to the need; None where the engine sizes its own (SGLang, from memory). One
+    rule for `moa-pd up` (launch/stack.py) and the simulator (simulation/deployment.py)."""
+    configured = server_args.get(backend, {}).get("max_running_requests")
+    if configured is not None:
+        return int(configured)
+    return max(DEFAULT_MAX_RUNNING_REQUESTS, need) if backend == "torch" else None

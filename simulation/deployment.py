@@ -9,10 +9,9 @@ from dataclasses import dataclass, field
 
 from planning.devices import device_key, parse_device_key
 from planning.plan_file import DeploymentPlan
-from planning.pool_need import running_needs
+from planning.pool_need import decode_running_requests, running_needs
 from profiling.profile_file import Profile
 from router.config import TopologyConfig
-from sglang_ext.server_args import DEFAULT_MAX_RUNNING_REQUESTS
 
 # The reference engine's defaults (sglang_ext/server_args.py) where a config sets none.
 DEFAULT_MAX_PREFILL_TOKENS = 4096
@@ -71,19 +70,13 @@ def _prefill_args(configs: list[TopologyConfig], backend: str) -> dict[str, tupl
 def _decode_slots(configs: list[TopologyConfig], backend: str, concurrency: int) -> dict[str, int]:
     """Requests a model's decode worker admits at once (running + receiving KV); the rest wait
     before their prefill even starts (the prefill side waits for decode's bootstrap). As `moa-pd
-    up` starts them: the config's max_running_requests, else the reference engine's default
-    raised to what the agents need at this concurrency (launch/stack.py); real SGLang sizes its
-    own from memory, so there it is left unbounded."""
+    up` starts them (planning.pool_need.decode_running_requests); unbounded where the engine
+    sizes its own from memory (real SGLang)."""
     needs = running_needs(configs, concurrency)
     out = {}
     for name, spec in merged_models(configs).items():
-        configured = spec.server_args.get(backend, {}).get("max_running_requests")
-        if configured is not None:
-            out[name] = int(configured)
-        elif backend == "torch":
-            out[name] = max(DEFAULT_MAX_RUNNING_REQUESTS, needs.get(name, 0))
-        else:
-            out[name] = 1 << 20
+        n = decode_running_requests(spec.server_args, backend, needs.get(name, 0))
+        out[name] = 1 << 20 if n is None else n
     return out
 
 
