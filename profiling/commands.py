@@ -122,16 +122,17 @@ def _profile(args: argparse.Namespace, target: Target) -> Profile:
 
 def with_co_run(profile: Profile) -> Profile:
     """`profile` with the CPU's co-run slowdowns measured now (after the deployment is down)."""
-    from profiling.co_run import ROUNDS, measure
+    from profiling.co_run import ROUNDS, measure, phases
 
-    runs = ROUNDS * 2 * (profile.device.cores or 1)
+    runs = phases(profile.device.cores or 1, ROUNDS)
     with _progress() as bar:
         task = bar.add_task("co-run micro-benchmark", total=runs)
         co = measure(progress=lambda: bar.update(task, advance=1))
     console.print(
         f"co-run: each of k busy processes at {', '.join(f'{r:.2f}' for r in co.rates.values())}"
         f" of one alone's speed (k = 1..{len(co.rates)}): co_run_slowdown "
-        f"{co.co_run_slowdown:.3f}, oversubscribed_slowdown {co.oversubscribed_slowdown:.3f}"
+        f"{co.co_run_slowdown:.3f} (single rounds {min(co.round_slowdowns):.3f}-"
+        f"{max(co.round_slowdowns):.3f}), oversubscribed_slowdown {co.oversubscribed_slowdown:.3f}"
     )
     device = profile.device.model_copy(
         update={
@@ -199,6 +200,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--co-run",
         action="store_true",
         help="on a CPU, also measure how busy processes slow each other beyond sharing the "
-        "cores (profiling/co_run.py, ~90 s on 2 cores), for the simulator",
+        "cores (profiling/co_run.py, ~60 s on 2 cores), for the simulator",
     )
     add_knob_args(p)

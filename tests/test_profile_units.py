@@ -183,9 +183,45 @@ def test_co_run_measurements_land_in_the_profiles_device(monkeypatch):
     from profiling.commands import with_co_run
 
     profile = Profile.load(Path(__file__).parent / "data" / "simulation" / "profile_cpu.json")
-    fake = co_run.CoRun(2, {1: 1.0, 2: 0.9, 3: 0.55, 4: 0.42}, 0.11111, 0.05)
+    fake = co_run.CoRun(2, {1: 1.0, 2: 0.9, 3: 0.55, 4: 0.42}, 0.11111, 0.05, (0.1, 0.12))
     monkeypatch.setattr(co_run, "measure", lambda progress=None: fake)
     measured = with_co_run(profile)
     assert measured.device.co_run_slowdown == 0.1111
     assert measured.device.oversubscribed_slowdown == 0.05
     assert measured.models == profile.models
+
+
+def test_co_run_pairs_each_phase_with_alone_phases_so_a_drifting_machine_cancels_out():
+    """A machine whose speed falls 2% a phase (a VM drifting): every k-phase compared with the
+    alone-phases on either side gives the device model's rate exactly, in every round; compared
+    with one alone-rate taken before (the earlier design) it would read a slowdown that is drift."""
+    from profiling import co_run
+
+    cores, beta = 2, 0.1
+    model = {k: min(1, cores / k) / (1 + beta * (min(k, cores) - 1)) for k in range(1, 5)}
+    calls: list[int] = []
+
+    def drifting(k: int) -> float:
+        calls.append(k)
+        return model[k] * (1 - 0.02 * len(calls))
+
+    ticks: list[None] = []
+    rounds = co_run.paired_rates(drifting, cores, rounds=3, progress=lambda: ticks.append(None))
+    assert calls[:7] == [1, 2, 1, 3, 1, 4, 1]  # alone between every k
+    assert len(ticks) == len(calls) == co_run.phases(cores, 3)
+    for relative in rounds:
+        assert relative == {k: pytest.approx(model[k]) for k in model}
+    assert co_run.fit(cores, rounds[-1]) == (pytest.approx(beta), pytest.approx(0.0, abs=1e-9))
+    first_alone = drifting(1) / model[1]
+    assert drifting(2) / first_alone < 0.97 * model[2]  # the drift the pairing removes
+
+
+def test_co_run_measures_on_real_processes():
+    """The micro-benchmark end to end on its own processes, as short as it goes: one core's
+    worth (k = 1, 2), one round of 0.2-s phases."""
+    from profiling import co_run
+
+    result = co_run.measure(cores=1, seconds=0.2, rounds=1)
+    assert set(result.rates) == {1, 2} and result.rates[1] == 1.0
+    assert 0.2 < result.rates[2] < 1.2  # half each on one core, up to whole on two
+    assert len(result.round_slowdowns) == 1 and result.co_run_slowdown == 0.0  # no k in 2..cores
