@@ -10,7 +10,10 @@ throughput (questions per second of block wall time) and two latencies per quest
 - from arrival: from the block's start, when every question of the block arrived, waiting for a
   place among the N included (what a queue of users sees).
 Ratios are workflow ÷ FCFS per question (the same question in the same block), medians with a
-95% bootstrap interval. Writes OUT/priority.jsonl and OUT/bench_priority.md.
+95% bootstrap interval. The deployment is started for the largest N (`moa-pd up --concurrency`:
+its decode workers admit what N questions have in flight), as `moa-pd run` starts its own, or
+for `--deploy-concurrency` (1: the engine's default 16 running requests).
+Writes OUT/priority.jsonl and OUT/bench_priority.md.
 
 With `--request-rate R` the questions of a block arrive as an open loop instead, at Poisson
 times of rate R per second (seeded, the same times for both variants, as SGLang's
@@ -185,10 +188,19 @@ def main() -> None:
         help="questions per second arriving as an open loop (Poisson, seeded per block), "
         "--concurrency in flight at most; default: a block's questions all arrive at its start",
     )
+    ap.add_argument(
+        "--deploy-concurrency",
+        type=int,
+        default=None,
+        help="start the workers for this many questions in flight (`moa-pd up --concurrency`: "
+        "the decode workers' running requests); default: the largest --concurrency",
+    )
     ap.add_argument("--out", default="runs/bench_priority")
     args = ap.parse_args()
     if args.num_samples < 1 or args.block < 1 or min(args.concurrency) < 1:
         ap.error("--num-samples, --block and every --concurrency must be at least 1")
+    if args.deploy_concurrency is not None and args.deploy_concurrency < 1:
+        ap.error(f"--deploy-concurrency must be at least 1, got {args.deploy_concurrency}")
     if args.request_rate is not None and args.request_rate <= 0:
         ap.error(f"--request-rate must be above 0 questions per second, got {args.request_rate}")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
@@ -196,7 +208,10 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     questions = load_questions(args.dataset, args.offset + args.num_samples)[args.offset :]
     bench = BenchRun("benchmarks.bench_priority")
-    with routers_over_one_deployment(args.config, out, VARIANTS) as r:
+    # By default started as `moa-pd run --concurrency N` starts its deployment: decode workers
+    # with the running requests N questions need (the largest N of the run).
+    deployed_for = args.deploy_concurrency or max(args.concurrency)
+    with routers_over_one_deployment(args.config, out, VARIANTS, deployed_for) as r:
         rows = asyncio.run(run(r.cluster, r.urls, r.config_name, questions, args, out))
     meta = bench.meta(
         config=args.config,
@@ -206,6 +221,7 @@ def main() -> None:
         concurrency=args.concurrency,
         block=args.block,
         request_rate=args.request_rate,
+        deployed_for_concurrency=deployed_for,
         device=cpu_device(False),
     )
     text = report(rows, meta)

@@ -14,6 +14,7 @@ from pathlib import Path
 from launch.commands import bring_up, make_stack
 from launch.ports import free_port
 from launch.procs import Proc, ProcSpec, start, stop_group, wait_healthy
+from planning.placement import PlacementOptions
 from router.config_loader import config_from_dict, resolve_config_path
 
 
@@ -26,12 +27,19 @@ class Routers:
 
 @contextlib.contextmanager
 def routers_over_one_deployment(
-    config: str, out: Path, variants: dict[str, dict]
+    config: str, out: Path, variants: dict[str, dict], concurrency: int = 1
 ) -> Iterator[Routers]:
-    """`config`'s workers (scheduling by priority) up under OUT/deploy, one shell router per
-    variant over them; everything stopped on exit."""
+    """`config`'s workers (scheduling by priority) up under OUT/deploy for `concurrency`
+    questions in flight (as `moa-pd up --concurrency`: the decode workers' running requests),
+    one shell router per variant over them; everything stopped on exit."""
     path = priority_config(config, out)
-    stack = make_stack([str(path)], "torch", out / "deploy", "127.0.0.1")
+    stack = make_stack(
+        [str(path)],
+        "torch",
+        out / "deploy",
+        "127.0.0.1",
+        placement=PlacementOptions(concurrency=concurrency),
+    )
     procs: list[Proc] = []
     try:
         cluster = bring_up(stack)

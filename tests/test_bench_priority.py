@@ -38,3 +38,43 @@ def test_report_pairs_each_question_across_the_variants():
     # Per question workflow ÷ FCFS: 0.5 and 1.0; ratio of means 75 / 100.
     assert "| 8 | in flight | 0.750 [" in text and "| 0.750 | 1.000 |" in text
     assert "| 8 | fcfs | 2 | 0.0200 | 100.0 / 100.0 / 100.0 |" in text
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize(
+    ("argv", "deployed_for"),
+    [(["--concurrency", "4,8"], 8), (["--concurrency", "8", "--deploy-concurrency", "1"], 1)],
+)
+def test_the_deployment_is_started_for_the_runs_concurrency(
+    monkeypatch, tmp_path, argv, deployed_for
+):
+    """As `moa-pd run` starts its own: the decode workers' running requests sized for the
+    largest concurrency, unless --deploy-concurrency says otherwise."""
+    from benchmarks import bench_priority, shell_routers
+
+    seen = {}
+
+    def make_stack(configs, backend, run_dir, host, placement=None, **_):
+        seen["concurrency"] = placement.concurrency
+        raise _Stop
+
+    monkeypatch.setattr(shell_routers, "make_stack", make_stack)
+    monkeypatch.setattr(
+        "sys.argv", ["bench_priority", "--num-samples", "1", "--out", str(tmp_path), *argv]
+    )
+    with pytest.raises(_Stop):
+        bench_priority.main()
+    assert seen == {"concurrency": deployed_for}
+
+
+def test_a_deployment_for_no_questions_is_refused(monkeypatch, capsys):
+    from benchmarks import bench_priority
+
+    monkeypatch.setattr("sys.argv", ["bench_priority", "--deploy-concurrency", "0"])
+    with pytest.raises(SystemExit) as e:
+        bench_priority.main()
+    assert e.value.code == 2
+    assert "--deploy-concurrency must be at least 1, got 0" in capsys.readouterr().err
