@@ -96,9 +96,15 @@ def _profile(args: argparse.Namespace, target: Target) -> Profile:
         return _measure(Path(args.cluster), target)
     own_dir = args.run_dir is None
     run_dir = Path(args.run_dir or tempfile.mkdtemp(prefix="moa-pd-profile-"))
-    # KV pools big enough for the largest decode point (the launcher and the GPU placement size
-    # pools by concurrency: planning/pool_need.py).
-    conc = pool_concurrency(target.config, target.models, decode_pool_tokens(target.knobs))
+    # KV pools and running requests enough for the largest decode point (the launcher and the
+    # GPU placement size both by concurrency: planning/pool_need.py).
+    conc = pool_concurrency(
+        target.config,
+        target.models,
+        decode_pool_tokens(target.knobs),
+        streams=max(target.knobs.decode_batches),
+        backend=args.backend,
+    )
     stack = make_stack(
         [args.config],
         args.backend,

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import aiohttp
 
 from planning.model_memory import model_memory
-from planning.pool_need import pool_needs
+from planning.pool_need import decode_running_requests, pool_needs, running_needs
 from profiling.knobs import Knobs
 from profiling.machine import device_info, host, now_utc, versions
 from profiling.measure import LOW_TOKEN_ID, ModelProber, ModelRun, ProfileError, model_vocab
@@ -53,13 +53,36 @@ def decode_pool_tokens(knobs: Knobs) -> int:
     return max(knobs.decode_batches) * (max(knobs.decode_contexts) + 2 * knobs.decode_tokens)
 
 
-def pool_concurrency(config: TopologyConfig, models: list[str], tokens: int) -> int:
+def pool_concurrency(
+    config: TopologyConfig,
+    models: list[str],
+    tokens: int,
+    streams: int = 1,
+    backend: str = "torch",
+) -> int:
     """The smallest `--concurrency` whose KV pools (planning.pool_need, which the launcher and
-    the GPU placement size them by) hold `tokens` on each profiled model's decode worker."""
+    the GPU placement size them by) hold `tokens` on each profiled model's decode worker, and
+    whose decode workers admit `streams` requests at once (the largest decode batch: a worker
+    that admitted fewer would time two waves of steps as one; `moa-pd up --concurrency` starts
+    them with planning.pool_need's running requests)."""
+    for m in models:
+        fixed = config.models[m].server_args.get(backend, {}).get("max_running_requests")
+        if fixed is not None and int(fixed) < streams:
+            raise ProfileError(
+                f"config {config.name}: models.{m}.server_args.{backend}.max_running_requests "
+                f"is {fixed}, below the largest decode batch to measure ({streams}): lower "
+                "--decode-batches or raise it"
+            )
 
     def enough(c: int) -> bool:
         needs = pool_needs([config], c)
-        return all(needs.get((m, "decode"), 0) >= tokens for m in models)
+        running = running_needs([config], c)
+
+        def admits(m: str) -> bool:
+            n = decode_running_requests(config.models[m].server_args, backend, running.get(m, 0))
+            return n is None or n >= streams  # None: the engine sizes it from memory
+
+        return all(needs.get((m, "decode"), 0) >= tokens and admits(m) for m in models)
 
     hi = 1
     while not enough(hi):

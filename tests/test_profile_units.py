@@ -66,6 +66,27 @@ def test_pool_concurrency_is_the_least_that_holds_the_decode_points():
     assert pool_concurrency(cfg, ["qwen3-8b"], 1) == 1
 
 
+def test_the_profiles_deployment_admits_its_largest_decode_batch_at_once():
+    """A decode worker that admitted fewer than a decode point's streams would time two waves of
+    steps as one: the concurrency the profile starts its deployment for covers the batch too."""
+    import json
+
+    from planning.pool_need import running_needs
+    from router.config_loader import config_from_dict, resolve_config_path
+
+    cfg = load_config("tree_9_3_1_cpu")  # nine SmolLM2 agents in flight per question
+    assert pool_concurrency(cfg, ["smollm2"], 1, streams=16) == 1  # the engine's default 16
+    c = pool_concurrency(cfg, ["smollm2"], 1, streams=32)
+    assert running_needs([cfg], c)["smollm2"] >= 32 > running_needs([cfg], c - 1)["smollm2"]
+    assert pool_concurrency(cfg, ["smollm2"], 1, streams=512, backend="sglang") == 1
+
+    raw = json.loads(resolve_config_path("tree_9_3_1_cpu").read_text())
+    raw["models"]["smollm2"]["server_args"] = {"torch": {"max_running_requests": 8}}
+    capped = config_from_dict(raw, "capped")
+    with pytest.raises(ProfileError, match=r"smollm2\.server_args\.torch\.max_running_requests"):
+        pool_concurrency(capped, ["smollm2"], 1, streams=16)
+
+
 def _run(span: bool) -> ModelRun:
     run = ModelRun()
     for n, c, s in [(64, 0, 0.10), (64, 0, 0.12), (256, 0, 0.40), (64, 128, 0.15), (64, 128, 0.13)]:
