@@ -66,8 +66,9 @@ def pool_concurrency(
     that admitted fewer would time two waves of steps as one; `moa-pd up --concurrency` starts
     them with planning.pool_need's running requests)."""
     for m in models:
-        fixed = config.models[m].server_args.get(backend, {}).get("max_running_requests")
-        if fixed is not None and int(fixed) < streams:
+        # Asked for `streams`, the rule answers less only where the config fixes the number.
+        fixed = decode_running_requests(config.models[m].server_args, backend, streams)
+        if fixed is not None and fixed < streams:
             raise ProfileError(
                 f"config {config.name}: models.{m}.server_args.{backend}.max_running_requests "
                 f"is {fixed}, below the largest decode batch to measure ({streams}): lower "
