@@ -180,6 +180,12 @@ def _slowdowns(profile: Profile) -> tuple[float, float]:
     return co, dev.oversubscribed_slowdown or 0.0
 
 
+def is_gpu(device: str) -> bool:
+    """Whether a device key names GPUs (its kind, not a substring: a node may be called
+    "gpu-node-1" and still hold cores)."""
+    return parse_device_key(device)[1] == "gpu"
+
+
 def tp_members(device: str) -> list[str]:
     """The GPUs of a TP group's key ("node:gpu0,1" -> ["node:gpu0", "node:gpu1"]); [] for a
     device of its own."""

@@ -16,7 +16,7 @@ from experiments.critical_path import PARTS, median_breakdown
 from experiments.results import ResultRow
 from profiling.profile_file import Profile
 from router.config import TopologyConfig
-from simulation.deployment import SimDeployment, tp_members
+from simulation.deployment import SimDeployment, is_gpu, tp_members
 from simulation.device import Device, TPGroup
 from simulation.gate import DeviceGate, PrefillGate
 from simulation.question import QuestionRun
@@ -77,7 +77,7 @@ class Simulation:
         self.question_order = itertools.count()  # questions as they start (workflow priority)
         self.devices = {
             d: Device(self.env, d, s)
-            if "gpu" in d
+            if is_gpu(d)
             else Device(
                 self.env, d, s, deployment.co_run_slowdown, deployment.oversubscribed_slowdown
             )
@@ -94,7 +94,7 @@ class Simulation:
                 units[w.device] = TPGroup(self.env, w.device, members)
                 dev_gates[w.device] = DeviceGate(self.env, 1, deployment.gate_scope)
         # The shell router shares the first CPU device (it runs beside the workers it fronts).
-        cpu = next((d for d in self.devices if "gpu" not in d), None)
+        cpu = next((d for d in self.devices if not is_gpu(d)), None)
         self.router = RouterLoad(
             self.env,
             self.devices[cpu] if cpu else Device(self.env, "host", 1),

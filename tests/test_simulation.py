@@ -18,7 +18,13 @@ from profiling.profile_file import (
     Profile,
 )
 from router.config import TopologyConfig
-from simulation.deployment import SimDeployment, SimWorker, default_deployment, tp_members
+from simulation.deployment import (
+    SimDeployment,
+    SimWorker,
+    default_deployment,
+    is_gpu,
+    tp_members,
+)
 from simulation.device import Device, TPGroup
 from simulation.engine import Simulation
 from simulation.predict import predict_plan
@@ -186,17 +192,17 @@ def test_prefill_and_decode_sharing_one_core_cost_time_only_where_they_overlap()
         work = [(from_config(cfg, f"q{i}"), 3, mode, False) for i in range(questions)]
         return sim.run(work, questions)
 
-    apart = {"prefill": "c0", "decode": "c1"}
-    shared = {"prefill": "c0", "decode": "c0"}
+    apart = {"prefill": "n:cpu0", "decode": "n:cpu1"}
+    shared = {"prefill": "n:cpu0", "decode": "n:cpu0"}
     # In the blocking chain prefill and decode never overlap: sharing one core costs nothing...
     alone_e2e = run(apart, "blocking", 1).rows[0].e2e_s
     assert run(shared, "blocking", 1).rows[0].e2e_s == pytest.approx(alone_e2e)
     # ...but two pipelined questions at once do overlap them (warm-ups while leaves decode).
     slow, fast = run(shared, "pipelined", 2), run(apart, "pipelined", 2)
-    work = slow.device_busy["c0"]  # worker-seconds at full speed
+    work = slow.device_busy["n:cpu0"]  # worker-seconds at full speed
     # The same forwards either way: only where they run differs.
     assert [r.agents["s"].warmups for r in slow.rows] == [r.agents["s"].warmups for r in fast.rows]
-    assert work == pytest.approx(fast.device_busy["c0"] + fast.device_busy["c1"])
+    assert work == pytest.approx(fast.device_busy["n:cpu0"] + fast.device_busy["n:cpu1"])
     # Apart, the two cores computed at once (the makespan is below the work). Shared, one core
     # does at most one second of work per second however many workers share it, and idles only
     # while both questions (in step) wait on a PD hop: their leaves' and their successors'.
@@ -451,6 +457,8 @@ def test_a_plan_with_a_tp_group_is_simulated_on_its_gpus():
     assert tp_members("n:gpu0,1") == ["n:gpu0", "n:gpu1"]
     assert tp_members("n:gpu0") == tp_members("n:cpu0,1") == tp_members("n:cpu") == []
     assert tp_members("cpu") == tp_members("gpu3") == []  # the config default's devices
+    assert is_gpu("gpu3") and is_gpu("n:gpu0,1") and not is_gpu("cpu")
+    assert not is_gpu("gpu-node-1:cpu0,1")  # the kind decides, not a substring of the node
     cfg = tree()
 
     def e2e(decode_on: str) -> tuple[float, dict[str, float]]:
