@@ -14,6 +14,7 @@ sanely to the lengths a topology produces.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
 from typing import Literal
@@ -138,6 +139,99 @@ class Profile(_Strict):
 
     def dump(self, path: str | Path) -> None:
         Path(path).write_text(self.model_dump_json(by_alias=True, indent=2) + "\n")
+
+    @classmethod
+    def pooled(cls, profiles: Sequence[Profile]) -> Profile:
+        """One profile from several of one machine, backend and models measured at different
+        moments: each model's points from all of them, so each fit passes through their mean
+        where they measured the same points; the co-run terms and the fixed PD time averaged.
+
+        Why: a cloud VM's speed moves within the hour a set of runs takes (docs/benchmarks.md,
+        stops 40-41), so one profile predicts them from one moment of it; several average it
+        out. How far that gets is measured, not assumed: on stop 41's runs, profiles taken just
+        before and just after them, pooled, still left 9 of 16 validation checks outside ±10%,
+        since the VM was slower in between than at either end. Raises ValueError naming what
+        differs."""
+        if not profiles:
+            raise ValueError("no profile to pool")
+        first = profiles[0]
+        if len(profiles) == 1:
+            return first
+        for other in profiles[1:]:
+            why = _unpoolable(first, other)
+            if why:
+                raise ValueError(f"cannot pool profiles of different setups: {why}")
+        # Built from plain data, not model_copy: a copy would carry the cached fits along.
+        data = first.model_dump(by_alias=True)
+        for name, m in data["models"].items():
+            own = [pr.models[name] for pr in profiles]
+            m["prefill"] = [p.model_dump() for o in own for p in o.prefill]
+            m["decode"] = [d.model_dump() for o in own for d in o.decode]
+            m["pd"] = [p.model_dump() for o in own for p in o.pd]
+            m["pd_fixed_seconds"] = float(np.mean([o.pd_fixed_seconds for o in own]))
+        for term in ("co_run_slowdown", "oversubscribed_slowdown"):
+            data["device"][term] = _mean_measured([getattr(p.device, term) for p in profiles])
+        data["created"] = " + ".join(p.created for p in profiles)
+        return cls.model_validate(data)
+
+
+def load_profiles(paths: Sequence[str | Path]) -> Profile:
+    """The profile at one path, or the pool of several (`Profile.pooled`). Raises OSError or
+    ValueError naming the file that could not be read."""
+    profiles = []
+    for path in paths:
+        try:
+            profiles.append(Profile.load(path))
+        except OSError as e:
+            raise OSError(f"profile {path}: {e.strerror or e}") from None
+        except ValueError as e:  # pydantic's ValidationError, bad JSON included
+            raise ValueError(f"profile {path} is no profile.json: {e}") from None
+    return Profile.pooled(profiles)
+
+
+def decode_drift(earlier: Profile, later: Profile) -> dict[str, float]:
+    """Per model, the median ratio of `later`'s decode step to `earlier`'s at the points both
+    measured (1.10: the machine decoded 10% slower when `later` was taken); models without a
+    common point are left out."""
+    out = {}
+    for name, m in earlier.models.items():
+        if name not in later.models:
+            continue
+        before = {(d.batch, d.context): d.step_seconds for d in m.decode}
+        ratios = [
+            d.step_seconds / before[(d.batch, d.context)]
+            for d in later.models[name].decode
+            if (d.batch, d.context) in before
+        ]
+        if ratios:
+            out[name] = float(np.median(ratios))
+    return out
+
+
+def _unpoolable(a: Profile, b: Profile) -> str | None:
+    if a.backend != b.backend:
+        return f"backend {a.backend} vs {b.backend}"
+    da, db = a.device, b.device
+    if (da.kind, da.name, da.count, da.cores) != (db.kind, db.name, db.count, db.cores):
+        return (
+            f"device {da.name} ({da.count} of {da.cores}) vs {db.name} ({db.count} of {db.cores})"
+        )
+    if set(a.models) != set(b.models):
+        return f"models {sorted(a.models)} vs {sorted(b.models)}"
+    for name, m in a.models.items():
+        o = b.models[name]
+        if (m.model_path, m.kv_bytes_per_token) != (o.model_path, o.kv_bytes_per_token):
+            return f"model {name}: {m.model_path} vs {o.model_path}"
+    package = "torch" if a.backend == "torch" else "sglang"
+    va, vb = a.versions.get(package), b.versions.get(package)
+    if va != vb:
+        return f"{package} {va} vs {vb}"
+    return None
+
+
+def _mean_measured(values: list[float | None]) -> float | None:
+    measured = [v for v in values if v is not None]
+    return float(np.mean(measured)) if measured else None
 
 
 def _keys_read(new_tokens: float, cached_tokens: float) -> float:

@@ -14,7 +14,7 @@ from experiments.results import ResultsError
 from experiments.settings import SETTINGS, parse_settings
 from planning.plan_file import DeploymentPlan
 from profiling.machine import warn_if_elsewhere
-from profiling.profile_file import Profile
+from profiling.profile_file import load_profiles
 from router.config_loader import ConfigError, load_config
 from simulation import validate
 from simulation.predict import deployment_for, simulate_setting, trace_rows
@@ -35,7 +35,14 @@ def _ints(text: str) -> list[int]:
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", required=True, help="profile.json from `moa-pd profile`")
+    p.add_argument(
+        "--profile",
+        nargs="+",
+        required=True,
+        metavar="PROFILE",
+        help="profile.json from `moa-pd profile`; several of one machine (e.g. taken before and "
+        "after some runs) are pooled",
+    )
     p.add_argument("--config", help="the tree topology (settings 2, 3, 4, 7)")
     p.add_argument("--dense-config", help="the dense all-to-all topology (setting 1)")
     p.add_argument(
@@ -83,8 +90,8 @@ def main(args: argparse.Namespace) -> int:
         console.print("[red]error:[/] --config is required (or --validate RUN_DIR...)")
         return 2
     try:
-        profile = Profile.load(args.profile)
-        warn_if_elsewhere(profile, args.profile)
+        profile = load_profiles(args.profile)
+        warn_if_elsewhere(profile, " + ".join(args.profile))
         configs = [load_config(args.config)]
         if args.dense_config:
             configs.append(load_config(args.dense_config))

@@ -2,12 +2,15 @@
 ran with the run's own trace (its questions' output and prompt lengths; timings are not used)
 and compare median end-to-end latency and the #3÷#2 and #2÷#1 ratios.
 
-    python -m simulation.validate --profile profile.json --runs RUN_DIR [RUN_DIR ...]
+    python -m simulation.validate --profile PROFILE [PROFILE ...] --runs RUN_DIR [RUN_DIR ...]
 
 The profile must be measured independently (`moa-pd profile`): a profile fitted on the runs
-being validated would make the check circular. A run records its configs (by name) and settings
-per row; the concurrency is not recorded, so it is read off the rows' start times (the most
-questions in flight at once) unless --concurrency says it.
+being validated would make the check circular. Several profiles of one machine (e.g. taken
+just before and just after the runs) are pooled (`Profile.pooled`) and how far the machine's
+decode speed moved between the first and the last is printed: a VM's speed moves within the
+hour the runs take, by more than the targets (docs/benchmarks.md, stops 40-41). A run records
+its configs (by name) and settings per row; the concurrency is not recorded, so it is read off
+the rows' start times (the most questions in flight at once) unless --concurrency says it.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from rich.table import Table
 
 from experiments.results import ResultRow, ResultsError
 from profiling.machine import warn_if_elsewhere
-from profiling.profile_file import Profile
+from profiling.profile_file import Profile, decode_drift, load_profiles
 from router.config_loader import ConfigError, load_config
 from simulation.deployment import default_deployment
 from simulation.predict import simulate_setting, trace_rows
@@ -164,8 +167,26 @@ def tables(checks: list[SettingCheck], ratios: list[RatioCheck]) -> list[Table]:
     return [t, r]
 
 
+def drift_line(paths: list[str]) -> str:
+    """How much slower the machine decoded at the last profile than at the first, per model."""
+    first, last = Profile.load(paths[0]), Profile.load(paths[-1])
+    drift = decode_drift(first, last)
+    per_model = ", ".join(f"{name} {r - 1:+.1%}" for name, r in drift.items()) or "no common points"
+    return (
+        f"{len(paths)} profiles pooled; decode steps at the last vs the first, median over the "
+        f"points both measured: {per_model}"
+    )
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--profile", required=True, help="profile.json from `moa-pd profile`")
+    p.add_argument(
+        "--profile",
+        nargs="+",
+        required=True,
+        metavar="PROFILE",
+        help="profile.json from `moa-pd profile`; several (taken just before and just after the "
+        "runs) are pooled",
+    )
     p.add_argument(
         "--runs",
         nargs="+",
@@ -179,8 +200,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     console = Console(width=max(132, Console().width), soft_wrap=True)
     try:
-        profile = Profile.load(args.profile)
-        warn_if_elsewhere(profile, args.profile)
+        profile = load_profiles(args.profile)
+        warn_if_elsewhere(profile, " + ".join(args.profile))
         checks, ratios = [], []
         for run in args.runs:
             c, r = check_run(Path(run), profile, args.concurrency)
@@ -189,6 +210,8 @@ def main(args: argparse.Namespace) -> int:
     except (OSError, ValueError, ResultsError, ConfigError) as e:
         console.print(f"[red]error:[/] {e}")
         return 2
+    if len(args.profile) > 1:
+        console.print(drift_line(args.profile))
     for t in tables(checks, ratios):
         console.print(t)
     bad = [c for c in checks if abs(c.error) > LATENCY_TOLERANCE]
