@@ -1,6 +1,8 @@
 """What every benchmark report says about its own run: the command that reproduces it, the
-device, and the load average before and after. On a 2-core machine a ratio is only worth
-something if nothing else was running, so the load average travels with each number."""
+device, and the load average and the machine's speed before and after. On a 2-core machine a
+ratio is only worth something if nothing else was running, so the load average travels with
+each number; and a cloud VM's own speed moves by up to 20× within hours
+(`benchmarks/machine_speed.py`), so the time of a decode-shaped pass travels with it too."""
 
 from __future__ import annotations
 
@@ -39,30 +41,48 @@ def device_name() -> str:
     return cpu_device()
 
 
+def _speed() -> float:
+    from benchmarks.machine_speed import decode_pass_ms
+
+    return round(decode_pass_ms(), 1)
+
+
 @dataclass
 class BenchRun:
-    """Started before the deployment comes up; `meta()` is called once the measurements end."""
+    """Started before the deployment comes up; `meta()` is called once the measurements end.
+    `speed_before` None: no speed probe (before or after)."""
 
     module: str
     argv: list[str] = field(default_factory=lambda: sys.argv[1:])
     load_before: str = field(default_factory=_load)
+    speed_before: float | None = field(default_factory=_speed)
 
     @property
     def command(self) -> str:
         return " ".join(["python -m", self.module, shlex.join(self.argv)]).rstrip()
 
     def meta(self, **extra) -> dict:
+        speed = {}
+        if self.speed_before is not None:
+            speed = {"decode_pass_ms_before": self.speed_before, "decode_pass_ms_after": _speed()}
         return {
             "command": self.command,
             "load_before": self.load_before,
             "load_after": _load(),
+            **speed,
             **extra,
         }
 
 
 def provenance(meta: dict) -> str:
     """The report line that makes a number reproducible."""
+    speed = ""
+    if "decode_pass_ms_before" in meta:
+        speed = (
+            f"; a decode-shaped pass (benchmarks/machine_speed.py) {meta['decode_pass_ms_before']}"
+            f" ms before, {meta['decode_pass_ms_after']} ms after"
+        )
     return (
         f"Command: `{meta['command']}`; load average before {meta['load_before']}, "
-        f"after {meta['load_after']}."
+        f"after {meta['load_after']}{speed}."
     )

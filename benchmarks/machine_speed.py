@@ -1,0 +1,44 @@
+"""How fast this machine runs a decode step right now: every benchmark report carries it beside
+the load average, before and after its measurements.
+
+Why a probe of its own: on the project's cloud VMs the same decode step took 60 ms one morning
+and 2.5 s two hours later in a fresh process, with the load average at 1 and plain Python at its
+usual speed (docs/benchmarks.md, "The machine's own speed"); the slow state came from the
+guest's fragmented memory, which a pure-Python or a small-matrix check does not see. So the
+probe does what a decode step does: one row through SmolLM2-135M's 30 layers of projection
+weights (425 MB of fp32, torch's own allocator), the same shapes, synthetic values, no model
+files read.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+
+# SmolLM2-135M's projections per layer (in, out): q/k/v merged, o, gate/up merged, down.
+LAYER_SHAPES = ((576, 960), (576, 576), (576, 3072), (1536, 576))
+LAYERS = 30
+
+
+def decode_pass_ms(passes: int = 5, layers: int = LAYERS) -> float:
+    """Median milliseconds of one row through `layers` layers of SmolLM2-sized weights, one
+    thread (torch's threads restored afterwards)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        weights = [torch.full((o, i), 1e-3) for _ in range(layers) for i, o in LAYER_SHAPES]
+        wide = {i: torch.full((1, i), 1.0) for i, _ in LAYER_SHAPES}
+        with torch.inference_mode():
+
+            def one_pass() -> float:
+                start = time.perf_counter()
+                for w in weights:
+                    torch.nn.functional.linear(wide[w.shape[1]], w)
+                return 1e3 * (time.perf_counter() - start)
+
+            one_pass()  # first touch of the pages
+            return statistics.median(one_pass() for _ in range(passes))
+    finally:
+        torch.set_num_threads(threads)
