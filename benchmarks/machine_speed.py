@@ -1,11 +1,12 @@
 """How fast this machine runs a decode step right now: every benchmark report carries it beside
 the load average, before and after its measurements.
 
-Why a probe of its own: on the project's cloud VMs the same decode step took 60 ms one morning
-and 2.5 s two hours later in a fresh process, with the load average at 1 and plain Python at its
-usual speed (docs/benchmarks.md, "The machine's own speed"); the slow state came from the
-guest's fragmented memory, which a pure-Python or a small-matrix check does not see. So the
-probe does what a decode step does: one row through SmolLM2-135M's 30 layers of projection
+Why a probe of its own: on the project's cloud VM SmolLM2's decode step measured ~60 ms one
+morning (a profile) and 2.5 s two hours later in a fresh process, with the load average at 1 and
+plain Python and a small matrix at their usual speed (docs/benchmarks.md, "The machine's own
+speed"); dropping the guest's page cache and compacting its memory brought it back to ~0.13 s,
+so the slow state lived in how the guest's memory was laid out. So the probe does what a decode
+step does: one row through SmolLM2-135M's 30 layers of projection
 weights (425 MB of fp32, torch's own allocator), the same shapes, synthetic values, no model
 files read.
 """
