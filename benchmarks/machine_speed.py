@@ -9,11 +9,15 @@ so the slow state lived in how the guest's memory was laid out. So the probe doe
 step does: one row through SmolLM2-135M's 30 layers of projection
 weights (425 MB of fp32, torch's own allocator), the same shapes, synthetic values, no model
 files read.
+
+    python -m benchmarks.machine_speed [--passes 5] [--layers 30]
 """
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import time
 
 # SmolLM2-135M's projections per layer (in, out): q/k/v merged, o, gate/up merged, down.
@@ -43,3 +47,22 @@ def decode_pass_ms(passes: int = 5, layers: int = LAYERS) -> float:
             return statistics.median(one_pass() for _ in range(passes))
     finally:
         torch.set_num_threads(threads)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.machine_speed",
+        description="Time a decode-shaped pass on this machine now (check it before benchmarking).",
+    )
+    ap.add_argument("--passes", type=int, default=5, help="passes timed (the median is printed)")
+    ap.add_argument("--layers", type=int, default=LAYERS, help="SmolLM2-sized layers per pass")
+    args = ap.parse_args(argv)
+    if args.passes < 1 or args.layers < 1:
+        ap.error("--passes and --layers must be at least 1")
+    ms = decode_pass_ms(args.passes, args.layers)
+    print(f"decode-shaped pass ({args.layers} layers, median of {args.passes}): {ms:.1f} ms")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

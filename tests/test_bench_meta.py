@@ -1,8 +1,10 @@
 """A benchmark report names the command that reproduces it, the load around it and the machine's
 speed before and after."""
 
+import pytest
+
 from benchmarks.bench_meta import BenchRun, provenance
-from benchmarks.machine_speed import decode_pass_ms
+from benchmarks.machine_speed import decode_pass_ms, main
 
 
 def test_command_is_the_module_and_its_quoted_arguments():
@@ -43,3 +45,11 @@ def test_a_deeper_pass_takes_longer():
     # The probe times the weights it is given: 30 layers of SmolLM2's shapes against 3 (medians
     # of 5; a factor of 10 in work leaves room for any noise).
     assert decode_pass_ms(layers=30) > decode_pass_ms(layers=3)
+
+
+def test_the_probe_prints_its_time_and_refuses_a_pass_of_nothing(capsys):
+    assert main(["--passes", "2", "--layers", "2"]) == 0
+    assert "decode-shaped pass (2 layers, median of 2):" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["--layers", "0"])
+    assert "--layers must be at least 1" in capsys.readouterr().err
