@@ -175,9 +175,9 @@ class Profile(_Strict):
         return cls.model_validate(data)
 
 
-def load_profiles(paths: Sequence[str | Path]) -> Profile:
-    """The profile at one path, or the pool of several (`Profile.pooled`). Raises OSError or
-    ValueError naming the file that could not be read."""
+def read_profiles(paths: Sequence[str | Path]) -> list[Profile]:
+    """The profiles at `paths`. Raises OSError or ValueError naming the file that could not be
+    read."""
     profiles = []
     for path in paths:
         try:
@@ -186,7 +186,12 @@ def load_profiles(paths: Sequence[str | Path]) -> Profile:
             raise OSError(f"profile {path}: {e.strerror or e}") from None
         except ValueError as e:  # pydantic's ValidationError, bad JSON included
             raise ValueError(f"profile {path} is no profile.json: {e}") from None
-    return Profile.pooled(profiles)
+    return profiles
+
+
+def load_profiles(paths: Sequence[str | Path]) -> Profile:
+    """The profile at one path, or the pool of several (`Profile.pooled`)."""
+    return Profile.pooled(read_profiles(paths))
 
 
 def decode_drift(earlier: Profile, later: Profile) -> dict[str, float]:

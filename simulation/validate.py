@@ -26,7 +26,7 @@ from rich.table import Table
 
 from experiments.results import ResultRow, ResultsError
 from profiling.machine import warn_if_elsewhere
-from profiling.profile_file import Profile, decode_drift, load_profiles
+from profiling.profile_file import Profile, decode_drift, read_profiles
 from router.config_loader import ConfigError, load_config
 from simulation.deployment import default_deployment
 from simulation.predict import simulate_setting, trace_rows
@@ -167,13 +167,12 @@ def tables(checks: list[SettingCheck], ratios: list[RatioCheck]) -> list[Table]:
     return [t, r]
 
 
-def drift_line(paths: list[str]) -> str:
+def drift_line(profiles: list[Profile]) -> str:
     """How much slower the machine decoded at the last profile than at the first, per model."""
-    first, last = Profile.load(paths[0]), Profile.load(paths[-1])
-    drift = decode_drift(first, last)
+    drift = decode_drift(profiles[0], profiles[-1])
     per_model = ", ".join(f"{name} {r - 1:+.1%}" for name, r in drift.items()) or "no common points"
     return (
-        f"{len(paths)} profiles pooled; decode steps at the last vs the first, median over the "
+        f"{len(profiles)} profiles pooled; decode steps at the last vs the first, median over the "
         f"points both measured: {per_model}"
     )
 
@@ -200,7 +199,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def main(args: argparse.Namespace) -> int:
     console = Console(width=max(132, Console().width), soft_wrap=True)
     try:
-        profile = load_profiles(args.profile)
+        profiles = read_profiles(args.profile)  # each file read once: pooled, and for the drift
+        profile = Profile.pooled(profiles)
         warn_if_elsewhere(profile, " + ".join(args.profile))
         checks, ratios = [], []
         for run in args.runs:
@@ -211,7 +211,7 @@ def main(args: argparse.Namespace) -> int:
         console.print(f"[red]error:[/] {e}")
         return 2
     if len(args.profile) > 1:
-        console.print(drift_line(args.profile))
+        console.print(drift_line(profiles))
     for t in tables(checks, ratios):
         console.print(t)
     bad = [c for c in checks if abs(c.error) > LATENCY_TOLERANCE]
