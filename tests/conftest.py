@@ -80,9 +80,22 @@ def stack(smollm2_dir, tmp_path_factory) -> Stack:
         procs.stop_all(started)
 
 
+# pytest-timeout's 300 s (pyproject.toml) is the backstop for a hung test. A test on real SGLang
+# may also pay for its fixture starting servers, which have their own deadlines that fail with the
+# servers' log tails (300 s for the plain pair in sglang_real, 600 s for a PD stack in
+# launch.stack); CI machines have run `make test-sglang` twice as slowly as this one (10:30 against
+# 4:54): there the 300 s backstop fired in the first test on the PD stack (whose fixture starts it)
+# while pytest was writing a report, and the session ended in an INTERNALERROR that said nothing
+# else. So for these tests the backstop sits above those deadlines.
+SGLANG_TEST_TIMEOUT_S = 1200
+
+
 @pytest.hookimpl(trylast=True)  # after pytest's own reordering by fixture scope
 def pytest_collection_modifyitems(items) -> None:
     """Tests on a real SGLang PD deployment run after the others on real SGLang: their fixture
     first stops the shared plain servers (sglang_real.NullServers), so that at most two SGLang
     servers (≈3.7 GB each) run at once and each starts once per session."""
     items.sort(key=lambda item: "sglang_pd" in getattr(item, "fixturenames", ()))
+    for item in items:
+        if item.get_closest_marker("sglang_cpu") and not item.get_closest_marker("timeout"):
+            item.add_marker(pytest.mark.timeout(SGLANG_TEST_TIMEOUT_S))
