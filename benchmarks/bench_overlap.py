@@ -34,6 +34,7 @@ from experiments.results import ResultRow, ResultsWriter, read_results
 from experiments.router_client import RouterClient
 from experiments.run import flush_worker_caches, result_row
 from experiments.settings import SETTINGS
+from experiments.speed_reference import STEADY_BAND, speed_ratios, steady
 from launch.commands import bring_up, make_stack
 from planning.placement import PlacementOptions
 from router.config_loader import load_config
@@ -54,13 +55,18 @@ async def run_one(client: RouterClient, cfg_name: str, q: Question, setting) -> 
 async def concurrency_1(client, cluster, cfg_name, questions, writer) -> None:
     for i, q in enumerate(questions):
         order = (BLOCKING, PIPELINED) if i % 2 == 0 else (PIPELINED, BLOCKING)
-        times = {}
+        rows = {}
         for setting in order:
             await flush_worker_caches(client, cluster)
             row = await run_one(client, cfg_name, q, setting)
             writer.append(row)
-            times[setting.number] = row["e2e_s"]
-        log(f"c1 {q.id}: #2 {times[2]:6.1f}s  #3 {times[3]:6.1f}s  ratio {times[3] / times[2]:.3f}")
+            rows[setting.number] = ResultRow.model_validate(row)
+        e2e = {s: r.e2e_s for s, r in rows.items()}
+        speed = speed_ratios(list(rows.values()), 3, 2).get(q.id)
+        log(
+            f"c1 {q.id}: #2 {e2e[2]:6.1f}s  #3 {e2e[3]:6.1f}s  ratio {e2e[3] / e2e[2]:.3f}"
+            + (f"  (final decode #3 ÷ #2 {speed:.2f})" if speed is not None else "")
+        )
 
 
 async def concurrency_n(
@@ -92,15 +98,19 @@ async def concurrency_n(
 
 
 # --- report -------------------------------------------------------------------------------------
-def paired(rows: list[ResultRow], metric) -> list[float]:
-    """Per question, metric(#3 row) / metric(#2 row), over questions both ran."""
+def paired_by_question(rows: list[ResultRow], metric) -> dict[str, float]:
+    """Per question both ran, metric(#3 row) / metric(#2 row)."""
     by = {(r.sample_id, r.setting): r for r in rows if r.ok}
-    out = []
+    out = {}
     for (sid, s), r3 in by.items():
         r2 = by.get((sid, 2))
         if s == 3 and r2 is not None and (m2 := metric(r2)) and (m3 := metric(r3)) is not None:
-            out.append(m3 / m2)
+            out[sid] = m3 / m2
     return out
+
+
+def paired(rows: list[ResultRow], metric) -> list[float]:
+    return list(paired_by_question(rows, metric).values())
 
 
 def last_leaf_end(r: ResultRow) -> float | None:
@@ -159,12 +169,34 @@ def _concurrency_1_lines(c1: list[ResultRow]) -> list[str]:
             f"{gain.possible_s:.1f} s) |"
         )
     lines.append(f"| identical tokens, every agent, #2 vs #3 | {same} of {n_pairs} questions |")
+    lines += _speed_reference_lines(c1)
     for s in (2, 3):
         b = median_breakdown([r for r in c1 if r.setting == s])
         if b:
             parts = ", ".join(f"{k} {v:.2f}" for k, v in b.items())
             lines.append(f"| critical path #{s}, median s | {parts} |")
     return lines
+
+
+def _speed_reference_lines(c1: list[ResultRow]) -> list[str]:
+    """The machine's drift within each pair (experiments/speed_reference.py) and the end-to-end
+    ratio over the pairs it left steady."""
+    speed = speed_ratios(c1, 3, 2)
+    if not speed:
+        return []
+    e2e = paired_by_question(c1, lambda r: r.e2e_s)
+    calm_e2e = [e2e[sid] for sid in steady(speed) if sid in e2e]
+    return [
+        (
+            "| final agent's decode, same tokens and alone (the machine's own drift) | "
+            f"{fmt_ci(list(speed.values()))}, range {min(speed.values()):.2f}–"
+            f"{max(speed.values()):.2f} |"
+        ),
+        (
+            f"| end-to-end latency on the pairs it moved ≤ {STEADY_BAND:.0%} "
+            f"({len(calm_e2e)} of {len(speed)}) | {fmt_ci(calm_e2e)} |"
+        ),
+    ]
 
 
 def report(c1: list[ResultRow], c4: list[ResultRow], c4_blocks: list[dict], meta: dict) -> str:
