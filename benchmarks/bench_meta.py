@@ -61,28 +61,30 @@ class BenchRun:
     def command(self) -> str:
         return " ".join(["python -m", self.module, shlex.join(self.argv)]).rstrip()
 
+    def started(self, **extra) -> dict:
+        """What is known before the measurements: a benchmark that can be stopped midway keeps it
+        beside its rows, so a report rebuilt from them still says where they came from."""
+        speed = {} if self.speed_before is None else {"decode_pass_ms_before": self.speed_before}
+        return {"command": self.command, "load_before": self.load_before, **speed, **extra}
+
     def meta(self, **extra) -> dict:
-        speed = {}
+        after = {"load_after": _load()}
         if self.speed_before is not None:
-            speed = {"decode_pass_ms_before": self.speed_before, "decode_pass_ms_after": _speed()}
-        return {
-            "command": self.command,
-            "load_before": self.load_before,
-            "load_after": _load(),
-            **speed,
-            **extra,
-        }
+            after["decode_pass_ms_after"] = _speed()
+        return self.started(**extra) | after
 
 
 def provenance(meta: dict) -> str:
     """The report line that makes a number reproducible."""
+    stopped = "not recorded (the run stopped before its end)"
     speed = ""
     if "decode_pass_ms_before" in meta:
+        after = meta.get("decode_pass_ms_after")
         speed = (
             f"; a decode-shaped pass (benchmarks/machine_speed.py) {meta['decode_pass_ms_before']}"
-            f" ms before, {meta['decode_pass_ms_after']} ms after"
+            f" ms before, " + (f"{after} ms after" if after is not None else f"after {stopped}")
         )
     return (
         f"Command: `{meta['command']}`; load average before {meta['load_before']}, "
-        f"after {meta['load_after']}{speed}."
+        f"after {meta.get('load_after', stopped)}{speed}."
     )

@@ -10,7 +10,9 @@ Reports medians of paired per-question ratios (with a 95% bootstrap interval), t
 time, the successors' wait from final request to first token, the critical-path breakdown and the
 realized share of the possible gain (experiments/critical_path.py), and whether both settings gave
 the same final answer tokens. Rows go to OUT/results.jsonl (concurrency 1; `moa-pd plot OUT` draws
-the timeline) and OUT/results_c4.jsonl; the report to OUT/bench_overlap.md and stdout.
+the timeline) and OUT/results_c4.jsonl as they come, each block's wall time to OUT/c4_blocks.json,
+and the report to OUT/bench_overlap.md and stdout. A run stopped midway keeps what it measured:
+`--report-only --out OUT` writes the report from it.
 
     OMP_NUM_THREADS=1 python -m benchmarks.bench_overlap --num-samples 20 --offset 400 \
         --c4-samples 16 --out runs/bench_overlap
@@ -40,6 +42,11 @@ from planning.placement import PlacementOptions
 from router.config_loader import load_config
 
 BLOCKING, PIPELINED = SETTINGS[2], SETTINGS[3]
+# What a run leaves in --out as it goes: rows at concurrency 1 and under load, each block's wall
+# time, and the metadata (completed at the end); the report is rebuilt from them.
+RUN_FILES = ("results.jsonl", "results_c4.jsonl")
+BLOCKS_FILE = "c4_blocks.json"
+META_FILE = "bench_meta.json"
 
 
 def log(msg: str) -> None:
@@ -70,9 +77,10 @@ async def concurrency_1(client, cluster, cfg_name, questions, writer) -> None:
 
 
 async def concurrency_n(
-    client, cluster, cfg_name, questions, writer, n: int, block: int
+    client, cluster, cfg_name, questions, writer, n: int, block: int, blocks_path: Path
 ) -> list[dict]:
-    """Blocks of `block` questions with `n` in flight; returns one record per (block, setting)."""
+    """Blocks of `block` questions with `n` in flight; returns one record per (block, setting),
+    each also written to `blocks_path` as soon as its block ends."""
     records = []
     blocks = [questions[i : i + block] for i in range(0, len(questions), block)]
     for b, qs in enumerate(blocks):
@@ -93,6 +101,7 @@ async def concurrency_n(
             records.append(
                 {"block": b, "setting": setting.number, "questions": len(qs), "wall_s": wall}
             )
+            blocks_path.write_text(json.dumps(records, indent=1))
             log(f"c{n} block {b} #{setting.number}: {len(qs)} questions in {wall:.1f}s")
     return records
 
@@ -211,6 +220,10 @@ def report(c1: list[ResultRow], c4: list[ResultRow], c4_blocks: list[dict], meta
     ]
     if c1:  # --num-samples 0 runs concurrency 4 alone
         lines += _concurrency_1_lines(c1)
+    both = {b["block"] for b in c4_blocks if b["setting"] == 2} & {
+        b["block"] for b in c4_blocks if b["setting"] == 3
+    }
+    c4_blocks = [b for b in c4_blocks if b["block"] in both]  # a stopped run's last may lack one
     if c4_blocks:
         tput = {
             s: sum(b["questions"] for b in c4_blocks if b["setting"] == s)
@@ -243,16 +256,33 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=8, help="questions per block under load")
     ap.add_argument("--pin-cpus", action="store_true")
     ap.add_argument("--out", default="runs/bench_overlap")
+    ap.add_argument(
+        "--report-only",
+        action="store_true",
+        help="run nothing: write the report from the rows already in --out (a run stopped midway)",
+    )
     args = ap.parse_args()
+    out = Path(args.out)
+    if args.report_only:
+        write_report(out, *read_run(out, ap.error))
+        return
     if not (args.num_samples or args.c4_samples):
         ap.error("--num-samples and --c4-samples are both 0: nothing to run")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cfg = load_config(args.config)
     n = args.offset + max(args.num_samples, args.c4_samples)
     questions = load_questions(args.dataset, n)[args.offset :]
     bench = BenchRun("benchmarks.bench_overlap")
+    about = {
+        "config": cfg.name,
+        "dataset": args.dataset,
+        "first": questions[0].id,
+        "last": questions[-1].id,
+        "c4": args.concurrency,
+        "block": args.block,
+        "device": cpu_device(args.pin_cpus),
+    }
     # Started as `moa-pd up --concurrency N` would: pools and decode slots for N in flight.
     stack = make_stack(
         [args.config],
@@ -262,31 +292,39 @@ def main() -> None:
         args.pin_cpus,
         placement=PlacementOptions(concurrency=args.concurrency),
     )
-    for name in ("results.jsonl", "results_c4.jsonl"):
+    for name in (*RUN_FILES, BLOCKS_FILE, "bench_overlap.md"):
         (out / name).unlink(missing_ok=True)
+    (out / META_FILE).write_text(json.dumps(bench.started(**about), indent=1))
     try:
         cluster = bring_up(stack)
-        blocks = asyncio.run(_run(cluster, cfg.name, questions, args, out))
+        asyncio.run(_run(cluster, cfg.name, questions, args, out))
     finally:
         stack.down()
-    c1 = read_results(out / "results.jsonl") if args.num_samples else []
-    c4 = read_results(out / "results_c4.jsonl") if args.c4_samples else []
-    meta = bench.meta(
-        config=cfg.name,
-        dataset=args.dataset,
-        first=questions[0].id,
-        last=questions[-1].id,
-        c4=args.concurrency,
-        block=args.block,
-        device=cpu_device(args.pin_cpus),
-    )
-    (out / "c4_blocks.json").write_text(json.dumps(blocks, indent=1))
+    (out / META_FILE).write_text(json.dumps(bench.meta(**about), indent=1))
+    write_report(out, *read_run(out, ap.error))
+
+
+def read_run(out: Path, fail) -> tuple[list[ResultRow], list[ResultRow], list[dict], dict]:
+    """(concurrency-1 rows, rows under load, block records, metadata) of the run in `out`;
+    `fail(message)` when it holds nothing to report."""
+    if not (out / META_FILE).is_file() or not any((out / f).is_file() for f in RUN_FILES):
+        fail(
+            f"{out}: no benchmark run to report (it needs {META_FILE} and "
+            f"{' or '.join(RUN_FILES)}, which `python -m benchmarks.bench_overlap --out {out}` "
+            "writes)"
+        )
+    c1, c4 = ((read_results(out / f) if (out / f).is_file() else []) for f in RUN_FILES)
+    blocks = json.loads((out / BLOCKS_FILE).read_text()) if (out / BLOCKS_FILE).is_file() else []
+    return c1, c4, blocks, json.loads((out / META_FILE).read_text())
+
+
+def write_report(out: Path, c1, c4, blocks, meta) -> None:
     text = report(c1, c4, blocks, meta)
     print(text)
     (out / "bench_overlap.md").write_text(text)
 
 
-async def _run(cluster: dict, cfg_name: str, questions: list[Question], args, out: Path):
+async def _run(cluster: dict, cfg_name: str, questions: list[Question], args, out: Path) -> None:
     async with RouterClient(cluster["shell_router_url"]) as client:
         # Untimed: loads tokenizers in the router and warms the workers' code paths.
         await run_one(
@@ -297,19 +335,19 @@ async def _run(cluster: dict, cfg_name: str, questions: list[Question], args, ou
             cluster,
             cfg_name,
             questions[: args.num_samples],
-            ResultsWriter(out / "results.jsonl"),
+            ResultsWriter(out / RUN_FILES[0]),
         )
-        if not args.c4_samples:
-            return []
-        return await concurrency_n(
-            client,
-            cluster,
-            cfg_name,
-            questions[: args.c4_samples],
-            ResultsWriter(out / "results_c4.jsonl"),
-            args.concurrency,
-            args.block,
-        )
+        if args.c4_samples:
+            await concurrency_n(
+                client,
+                cluster,
+                cfg_name,
+                questions[: args.c4_samples],
+                ResultsWriter(out / RUN_FILES[1]),
+                args.concurrency,
+                args.block,
+                out / BLOCKS_FILE,
+            )
 
 
 if __name__ == "__main__":

@@ -53,3 +53,20 @@ def test_the_probe_prints_its_time_and_refuses_a_pass_of_nothing(capsys):
     with pytest.raises(SystemExit):
         main(["--layers", "0"])
     assert "--layers must be at least 1" in capsys.readouterr().err
+
+
+def test_a_run_stopped_before_its_end_says_so():
+    bench = BenchRun("experiments.x", argv=[], load_before="1.00 1.00 1.00", speed_before=42.0)
+    started = bench.started(config="c")
+    assert started == {
+        "command": "python -m experiments.x",
+        "load_before": "1.00 1.00 1.00",
+        "decode_pass_ms_before": 42.0,
+        "config": "c",
+    }
+    assert provenance(started) == (
+        "Command: `python -m experiments.x`; load average before 1.00 1.00 1.00, after not "
+        "recorded (the run stopped before its end); a decode-shaped pass "
+        "(benchmarks/machine_speed.py) 42.0 ms before, after not recorded (the run stopped "
+        "before its end)."
+    )
