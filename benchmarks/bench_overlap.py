@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from benchmarks.bench_meta import BenchRun, cpu_device, provenance
-from experiments.critical_path import median_breakdown, overlap_gain
+from experiments.critical_path import PARTS, gain_by_part, median_breakdown, overlap_gain
 from experiments.datasets import Question, load_questions
 from experiments.paired_stats import median_ci
 from experiments.prompts import build_question_prompt
@@ -176,6 +176,14 @@ def _concurrency_1_lines(c1: list[ResultRow]) -> list[str]:
             f"| realized ÷ possible gain (Σ over questions) | "
             f"**{gain.realized_over_possible:.2f}** ({gain.realized_s:.1f} s of "
             f"{gain.possible_s:.1f} s) |"
+        )
+    if moved := gain_by_part(c1, 3, 2):
+        layers = sorted(k for k in moved if k.startswith("decode_layer_"))
+        per_layer = ", ".join(f"layer {k.rsplit('_', 1)[1]} {moved[k]:+.1f}" for k in layers)
+        lines.append(
+            "| Σ #3 − #2 on each one's critical path, s | "
+            + ", ".join(f"{k} {moved[k]:+.1f}" for k in PARTS)
+            + f" (decode: {per_layer}) |"
         )
     lines.append(f"| identical tokens, every agent, #2 vs #3 | {same} of {n_pairs} questions |")
     lines += _speed_reference_lines(c1)

@@ -90,6 +90,44 @@ def overlap_gain(
     return OverlapGain(n, possible, realized) if n else None
 
 
+def decode_by_layer(row: ResultRow) -> dict[int, float] | None:
+    """Seconds of decoding on the row's critical path, per layer (its agents' first token to
+    end); None when the trace lacks the times."""
+    final = final_agent(row)
+    if final is None or breakdown(row) is None:
+        return None
+    out: dict[int, float] = {}
+    for agent_id in critical_path(row.agents, final):
+        a = row.agents[agent_id]
+        out[a.layer or 0] = out.get(a.layer or 0, 0.0) + a.end_s - a.first_token_s
+    return out
+
+
+def gain_by_part(
+    rows: Sequence[ResultRow], pipelined: int, blocking: int
+) -> dict[str, float] | None:
+    """Where the realized gain came from and went: Σ over the questions both settings ran of
+    pipelined − blocking, per PART of each one's own critical path, and the decode part per
+    layer (`decode_layer_<n>`). Overlap shows as negative exposed_prefill; what it costs
+    elsewhere (decodes slowed by warm-ups beside them) as positive decode."""
+    by = {(r.sample_id, r.setting): r for r in rows if r.ok}
+    sums: dict[str, float] = {}
+    for (sid, s), piped in by.items():
+        base = by.get((sid, blocking))
+        if s != pipelined or base is None:
+            continue
+        parts = [(breakdown(r), decode_by_layer(r)) for r in (piped, base)]
+        if any(p is None or d is None for p, d in parts):
+            continue
+        for sign, (p, d) in zip((1.0, -1.0), parts):
+            for k, v in p.items():
+                sums[k] = sums.get(k, 0.0) + sign * v
+            for layer, v in d.items():
+                key = f"decode_layer_{layer}"
+                sums[key] = sums.get(key, 0.0) + sign * v
+    return sums or None
+
+
 def median_breakdown(rows: Sequence[ResultRow]) -> dict[str, float] | None:
     """Per PART, the median over rows of its seconds on the critical path."""
     parts = [b for r in rows if r.ok and (b := breakdown(r)) is not None]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.critical_path import breakdown, critical_path, overlap_gain
+from experiments.critical_path import breakdown, critical_path, gain_by_part, overlap_gain
 from experiments.results import ResultRow
 from experiments.summary import summarize
 from experiments.timeline import pick_question, plot_timeline, timeline_figure
@@ -118,3 +118,22 @@ def test_each_timeline_panel_lists_its_own_settings_agents():
     # Leaves: prefill and decode each; the cut aggregator: its wait only; its two warm-ups.
     assert len(ax_tree.collections) == 3 * 2 + 1 + 2
     assert len(ax_tree.lines) == 1  # the kill mark
+
+
+def test_gain_by_part_sums_pipelined_minus_blocking_per_part_and_decode_layer():
+    """The overlap shows as exposed prefill saved; a leaf that decodes 0.5 s longer beside the
+    warm-ups shows as layer-1 decode given back."""
+    slow_leaf = row(3, "pipelined", 0.4)
+    slow_leaf.agents["l2"].end_s = 5.5
+    slow_leaf.agents["agg"].final_request_s = 5.5
+    slow_leaf.agents["agg"].first_token_s = 5.9
+    slow_leaf.agents["agg"].end_s = 6.9
+    slow_leaf.e2e_s = 7.0
+    rows = [row(2, "blocking", 2.0), slow_leaf, row(2, "blocking", 1.0, "q1")]
+    moved = gain_by_part(rows, 3, 2)
+    assert moved["exposed_prefill"] == pytest.approx(0.4 - 2.0)
+    assert moved["decode_layer_1"] == pytest.approx(0.5)
+    assert moved["decode_layer_2"] == pytest.approx(0.0)
+    assert moved["decode"] == pytest.approx(0.5)
+    assert moved["leaf_prefill"] == pytest.approx(0.0)
+    assert gain_by_part(rows[:1], 3, 2) is None  # no question ran in both
