@@ -94,11 +94,13 @@ def decode_by_layer(row: ResultRow) -> dict[int, float] | None:
     """Seconds of decoding on the row's critical path, per layer (its agents' first token to
     end); None when the trace lacks the times."""
     final = final_agent(row)
-    if final is None or breakdown(row) is None:
+    if final is None:
         return None
     out: dict[int, float] = {}
     for agent_id in critical_path(row.agents, final):
         a = row.agents[agent_id]
+        if a.first_token_s is None or a.end_s is None:
+            return None
         out[a.layer or 0] = out.get(a.layer or 0, 0.0) + a.end_s - a.first_token_s
     return out
 
