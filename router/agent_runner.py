@@ -18,6 +18,7 @@ from router.pd import PDCall, PrefillTarget
 from router.stream_reader import StreamReader
 from router.successor_prompt import PromptGate, SuccessorPrompt, token_source
 from router.template import TextSplicer, build_pieces, prompt_ids
+from router.topology import critical_path_chance
 from router.trace import AgentTrace, Clock
 from sglang_ext import protocol as P
 
@@ -120,6 +121,7 @@ class AgentRunner:
                 f"{P.WARMUP_RID_PREFIX}{job.rid_tag}-{job.agent_id}-",
                 wait_s,
                 count,
+                critical_path_chance(job.cfg, job.agent_id),
             )
             ids = await loop.run()
         else:

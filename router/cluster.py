@@ -152,6 +152,10 @@ class ClusterSpec(_Tolerant):
     # "worker" looks at the prefill worker alone (the gate before issue 19).
     devices: dict[str, int] = {}
     warmup_gate_scope: Literal["worker", "device"] = "device"
+    # With scope "device": also admit a warm-up only if it pays for the decodes it slows there,
+    # as the router measures them (router/compute_device.py); False, by slots alone (the gate
+    # before issue 28: benchmarks compare the two).
+    warmup_weigh_slowdown: bool = True
 
     @model_validator(mode="after")
     def _devices_known(self) -> ClusterSpec:

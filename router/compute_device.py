@@ -9,6 +9,19 @@ has `slots` units of compute (its cores on a CPU; one on a GPU, where kernels of
 processes time-slice); a worker is busy while it decodes a stream, holds a critical prefill or
 runs a warm-up, and a warm-up is admitted only if its worker then fits in the slots with every
 other busy worker. Owned by RouterContext, shared by every model's Deployment on the device.
+
+Counting slots is not enough (issue 28): on `tree_9_3_1_cpu` (one PD pair on two cores) every
+warm-up fits the slots, yet pipelining lost 20.5 s of decoding for 36.5 s of exposed prefill it
+hid over 20 questions. So a warm-up must also pay for what it costs, measured: the device
+measures how much a warm-up slows the decodes beside it (router/decode_slowdown.py), and a
+warm-up whose successor has chance `benefit` of being on its question's critical path (1 for a
+question's only successor in its layer, 1/3 for one of three aggregators) is admitted only if
+slowdown × (the questions decoding on the device) ≤ benefit: its time saved on the critical path
+against the time it adds to every question whose critical path decodes beside it. That charges
+the other questions in full, which errs toward not warming: under load a warm-up's prefill is
+work moved earlier rather than added, but its overhead, and the critical prefills that queue
+behind it, are added, and the router cannot see how much of each. Not warming costs at most
+what blocking costs. Until the slowdown is measured, warm-ups are admitted by slots alone.
 """
 
 from __future__ import annotations
@@ -16,15 +29,23 @@ from __future__ import annotations
 from collections import Counter
 from typing import TYPE_CHECKING
 
+from router.decode_slowdown import DecodeSlowdown
+
 if TYPE_CHECKING:
     from router.prefill_gate import PrefillGate
 
 
 class ComputeDevice:
-    def __init__(self, name: str, slots: int) -> None:
+    def __init__(self, name: str, slots: int, weigh_slowdown: bool = True) -> None:
+        """`weigh_slowdown`: False admits warm-ups by slots alone (the gate before issue 28;
+        benchmarks compare the two); the slowdown is measured either way."""
         self.name, self.slots = name, slots
+        self.weigh_slowdown = weigh_slowdown
+        self.slowdown = DecodeSlowdown()
         self._prefill_gates: dict[str, PrefillGate] = {}  # by prefill worker URL
         self._decoding: Counter[str] = Counter()  # open decode streams by decode worker URL
+        self._questions: Counter[object] = Counter()  # open decode streams by question
+        self._state: tuple | None = None  # what the slowdown's segments must not see change
 
     def attach(self, url: str, gate: PrefillGate) -> None:
         """Count the prefill worker at `url` (its gate's holds and warm-ups) on this device."""
@@ -38,22 +59,50 @@ class ComputeDevice:
         )
         return busy
 
-    def admits_warmup(self, url: str) -> bool:
+    def admits_warmup(self, url: str, benefit: float = 1.0) -> bool:
         """Whether the prefill worker at `url` may start a warm-up without taking a slot from
-        another busy worker."""
-        return len(self.busy_workers() | {url}) <= self.slots
+        another busy worker, and whether it pays for the decodes it slows (`benefit`: its
+        successor's chance of being on the critical path)."""
+        return len(self.busy_workers() | {url}) <= self.slots and self.warmup_pays(benefit)
 
-    def decode_started(self, url: str) -> None:
+    def warmup_pays(self, benefit: float) -> bool:
+        slowdown = self.slowdown.slowdown()
+        if not self.weigh_slowdown or slowdown is None or not self._questions:
+            return True
+        return slowdown * len(self._questions) <= benefit
+
+    def decode_started(self, url: str, question: object) -> None:
+        """A decode stream of `question` (any hashable; a fresh object() when unknown) opened
+        on the decode worker at `url`."""
         self._decoding[url] += 1
+        self._questions[question] += 1
         self.notify()
 
-    def decode_ended(self, url: str) -> None:
-        self._decoding[url] -= 1
-        if self._decoding[url] <= 0:
-            del self._decoding[url]
+    def decode_ended(self, url: str, question: object) -> None:
+        for counter, key in ((self._decoding, url), (self._questions, question)):
+            counter[key] -= 1
+            if counter[key] <= 0:
+                del counter[key]
         self.notify()
+
+    def decode_chunk(self) -> None:
+        self.slowdown.chunk()
+
+    def warmup_started(self) -> None:
+        self.slowdown.warmup_started()
+
+    def warmup_ended(self) -> None:
+        self.slowdown.warmup_ended()
 
     def notify(self) -> None:
-        """Wake every gate's waiters: one worker's change can open another worker's gate."""
+        """Wake every gate's waiters: one worker's change can open another worker's gate. A
+        change of the open streams or critical prefills cuts the slowdown's segment."""
+        state = (
+            frozenset(self._decoding.items()),
+            tuple(g.critical for g in self._prefill_gates.values()),
+        )
+        if state != self._state:
+            self._state = state
+            self.slowdown.disturbed()
         for gate in list(self._prefill_gates.values()):
             gate.wake()

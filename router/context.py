@@ -47,8 +47,14 @@ class RouterContext:
         # Numbers the questions as they arrive and values their requests' priority.
         self.order = RequestOrder(workflow=cluster.workflow_priority)
         self.devices = (
-            {d: ComputeDevice(d, slots) for d, slots in cluster.devices.items()} if scoped else {}
+            {
+                d: ComputeDevice(d, slots, cluster.warmup_weigh_slowdown)
+                for d, slots in cluster.devices.items()
+            }
+            if scoped
+            else {}
         )
+        self.metrics.watch_devices(self.devices)
         self.deployments = {
             name: Deployment(
                 name,

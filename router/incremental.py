@@ -77,14 +77,17 @@ class WarmupLoop:
         rid_prefix: str,
         precursor_wait_s: float,
         on_warmup: Callable[[int, dict], None] | None = None,
+        benefit: float = 1.0,
     ) -> None:
-        """`on_warmup(n_tokens, meta_info)` is called after each warm-up returned (metrics)."""
+        """`on_warmup(n_tokens, meta_info)` is called after each warm-up returned (metrics).
+        `benefit`: the successor's chance of being on its question's critical path, which the
+        gate weighs against the decodes a warm-up slows (router/compute_device.py)."""
         self._prompt, self._apc, self._dep, self._target = prompt, apc, deployment, target
         self._gate = deployment.gate(target)
         self._key = (deployment.warmup_rank(target), next(self._arrivals))
         self._policy, self._trace, self._clock = policy, trace, clock
         self._rid_prefix, self._wait_s = rid_prefix, precursor_wait_s
-        self._on_warmup = on_warmup
+        self._on_warmup, self._benefit = on_warmup, benefit
         # The APC changes this loop wakes for: its precursors' (and touches: drops, routing).
         self._watch = tuple(prompt.pieces.slots)
 
@@ -110,8 +113,8 @@ class WarmupLoop:
                 self._gate.unqueue(self._key)  # nothing to send: let the others go first
                 await self._wait(seen, for_gate=False)
                 continue
-            if not self._gate.try_enter(self._key):
-                self._gate.queue(self._key)
+            if not self._gate.try_enter(self._key, self._benefit):
+                self._gate.queue(self._key, self._benefit)
                 await self._wait(seen, for_gate=True)
                 continue
             try:

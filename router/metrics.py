@@ -96,6 +96,24 @@ class RouterMetrics:
         # comparable with this one's.
         self.boot_id = uuid.uuid4().hex[:12]
 
+    def watch_devices(self, devices: dict) -> None:
+        """Export each shared compute device's measured warm-up slowdown of its decodes
+        (router/decode_slowdown.py; NaN until measured)."""
+        gauge = Gauge(
+            "moa_device_warmup_decode_slowdown",
+            "How much a warm-up slows the decodes on its compute device (0.2: they run at "
+            "1/1.2 of their speed), as the router measures it; NaN until measured",
+            ["device"],
+            registry=self.registry,
+        )
+        for name, device in devices.items():
+
+            def read(d=device) -> float:
+                value = d.slowdown.slowdown()
+                return float("nan") if value is None else value
+
+            gauge.labels(name).set_function(read)
+
     def stats(self) -> dict:
         """The router's load counters at this instant (`GET /v1/moa/stats`): the runner takes
         one before and one after each question and attributes the difference. `time_s` is this

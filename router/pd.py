@@ -242,7 +242,7 @@ class Deployment:
         # The native router picks the decode worker: count the stream on every one of the model
         # (exact with one decode worker; with more it keeps warm-ups back a little too often).
         stream = self._decoding(
-            _releasing(stream, held), self.spec.decode_urls, ("router", "native")
+            _releasing(stream, held), self.spec.decode_urls, ("router", "native"), object()
         )
         return PDCall(body[P.RID], stream, urls, held)
 
@@ -267,6 +267,7 @@ class Deployment:
             self._dual_stream(body, target, decode_url, reply, held),
             [decode_url],
             ("decode", decode),
+            target.question if target.question is not None else object(),
             claim,
         )
         return PDCall(body[P.RID], stream, [target.url, decode_url], held, reply)
@@ -332,24 +333,28 @@ class Deployment:
         stream: AsyncIterator[dict],
         decode_urls: list[str],
         worker: tuple[str, int | str],
+        question: object,
         claim: Claim | None = None,
     ) -> AsyncIterator[dict]:
-        """`stream`, with its decode worker(s) counted busy on their device while it is open,
-        and in flight on `worker` ((role, replica) in the metrics) until it ends; `claim`, its
-        open request on its decode worker, released then."""
+        """`stream`, with its decode worker(s) counted busy on their device while it is open
+        (as `question`'s, and every chunk timed there: router/decode_slowdown.py), and in flight
+        on `worker` ((role, replica) in the metrics) until it ends; `claim`, its open request
+        on its decode worker, released then."""
         load = self._metrics.worker_load(self.name, *worker)
         devices = [(u, self._decode_devices[u]) for u in decode_urls if u in self._decode_devices]
         for url, device in devices:
-            device.decode_started(url)
+            device.decode_started(url, question)
         try:
             async for chunk in stream:
+                for _, device in devices:
+                    device.decode_chunk()
                 yield chunk
         finally:
             load.end()
             if claim is not None:
                 claim.release()
             for url, device in devices:
-                device.decode_ended(url)
+                device.decode_ended(url, question)
             await stream.aclose()
 
     async def abort(self, call: PDCall) -> None:

@@ -53,8 +53,9 @@ class PrefillGate:
         self._critical = 0
         self._warmups = 0
         self._waiters: list[asyncio.Future] = []
-        # Keys of the warm-ups ready to go that wait for the gate; the smallest enters first.
-        self._queued: set[tuple[int, int]] = set()
+        # Keys of the warm-ups ready to go that wait for the gate, with their benefit; the
+        # smallest key the gate would admit enters first.
+        self._queued: dict[tuple[int, int], float] = {}
         # Set by ComputeDevice.attach when the worker shares a device with others.
         self.device: ComputeDevice | None = None
         self.url = ""
@@ -67,39 +68,47 @@ class PrefillGate:
     def warmups_in_flight(self) -> int:
         return self._warmups
 
-    def is_open(self) -> bool:
+    def is_open(self, benefit: float = 1.0) -> bool:
+        """Whether a warm-up may start now; `benefit`: its successor's chance of being on its
+        question's critical path, which a shared device weighs against the decodes it slows."""
         if not self.enforce_critical:
             return self._warmups < self.max_warmups_in_flight
         return (
             self._critical == 0
             and self._warmups < self.max_warmups_in_flight
-            and (self.device is None or self.device.admits_warmup(self.url))
+            and (self.device is None or self.device.admits_warmup(self.url, benefit))
         )
 
-    def try_enter(self, key: tuple[int, int] | None = None) -> bool:
+    def try_enter(self, key: tuple[int, int] | None = None, benefit: float = 1.0) -> bool:
         """Take a warm-up slot if the gate is open and no queued warm-up goes before `key`
         (None: whatever is queued); pair with `leave`."""
-        if not self.is_open():
+        if not self.is_open(benefit):
             return False
-        if key is not None and self._queued and min(self._queued) < key:
+        if key is not None and any(
+            k < key and self.is_open(b) for k, b in self._queued.items() if k != key
+        ):
             return False
-        self._queued.discard(key)
+        self._queued.pop(key, None)
         self._warmups += 1
+        if self.device is not None:
+            self.device.warmup_started()
         if self._queued:
             self._changed()  # the next in the queue may fit too (more than one slot)
         return True
 
-    def queue(self, key: tuple[int, int]) -> None:
-        """A warm-up ready to go waits for the gate with `key`; `unqueue` when it no longer does."""
-        self._queued.add(key)
+    def queue(self, key: tuple[int, int], benefit: float = 1.0) -> None:
+        """A warm-up ready to go waits for the gate with `key`; `unqueue` when it no longer does.
+        One the gate would not admit for its `benefit` does not hold back those behind it."""
+        self._queued[key] = benefit
 
     def unqueue(self, key: tuple[int, int]) -> None:
-        if key in self._queued:
-            self._queued.discard(key)
+        if self._queued.pop(key, None) is not None:
             self._changed()  # the warm-ups behind it may go now
 
     def leave(self) -> None:
         self._warmups -= 1
+        if self.device is not None:
+            self.device.warmup_ended()
         self._changed()
 
     async def wait_change(self) -> None:

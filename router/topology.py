@@ -41,6 +41,14 @@ def layers(cfg: TopologyConfig) -> dict[str, int]:
     return depth
 
 
+def critical_path_chance(cfg: TopologyConfig, agent_id: str) -> float:
+    """The chance that `agent_id` is on its question's critical path, knowing only the graph:
+    1 over the agents of its layer (of the same depth), one of which ends last. The warm-up gate
+    weighs a warm-up's benefit with it (router/compute_device.py)."""
+    depth = layers(cfg)
+    return 1.0 / sum(d == depth[agent_id] for d in depth.values())
+
+
 def successors(cfg: TopologyConfig) -> dict[str, list[str]]:
     """For each agent, the agents that read it."""
     out: dict[str, list[str]] = {a.id: [] for a in cfg.agents}

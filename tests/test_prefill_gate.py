@@ -52,11 +52,11 @@ async def test_a_shared_device_admits_a_warmup_only_into_a_free_slot():
     a, b = PrefillGate(), PrefillGate()
     device.attach("http://a", a)
     device.attach("http://b", b)
-    device.decode_started("http://d1")
+    device.decode_started("http://d1", "q1")
     assert a.try_enter()  # busy: d1 and a, two slots
     assert not b.is_open()  # b would be the third busy worker
     a.leave()
-    device.decode_started("http://d2")  # two decodes fill the device
+    device.decode_started("http://d2", "q1")  # two decodes fill the device
     assert not a.is_open() and not b.is_open()
 
     entered = asyncio.Event()
@@ -68,15 +68,15 @@ async def test_a_shared_device_admits_a_warmup_only_into_a_free_slot():
     task = asyncio.create_task(warm())
     await asyncio.sleep(0.01)
     assert not entered.is_set()
-    device.decode_ended("http://d1")  # a decode ending wakes the waiting warm-up
+    device.decode_ended("http://d1", "q1")  # a decode ending wakes the waiting warm-up
     await asyncio.wait_for(task, 1.0)
     assert entered.is_set()
     # A critical prefill holds a slot too, and a worker already busy fits in its own slot.
-    device.decode_ended("http://d2")
+    device.decode_ended("http://d2", "q1")
     held = hold([a])
     assert not a.is_open()  # its own critical prefill, as before
     assert b.is_open()  # busy: a (critical) and b
-    device.decode_started("http://d1")
+    device.decode_started("http://d1", "q1")
     assert not b.is_open()
     held.release()
     assert b.is_open()

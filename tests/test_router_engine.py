@@ -11,6 +11,7 @@ import time
 import pytest
 import requests
 
+from router.cluster import ClusterSpec
 from router.context import RouterContext
 from router.orchestrator import Session
 from tests.router_fixtures import stack_cluster, tree_config
@@ -80,6 +81,30 @@ async def test_pipelined_equals_blocking_on_the_engine(
         stack.prefill.url: 0,
         stack.decode.url: 0,
     }
+
+
+async def test_a_shared_device_measures_what_warmups_cost_and_answers_stay_exact(stack):
+    """The CPU default's device gate (issue 28): the prefill and decode workers on one device of
+    two slots, warm-ups weighed against the slowdown the router measures from the decode
+    chunks. Two 9-3-1 questions at once: the device's meter compared decode chunks with and
+    without warm-ups, and every agent's tokens equal blocking's."""
+    cfg = tree_config("tree_9_3_1_cpu", max_new_tokens=32)
+    spec = stack_cluster(stack).model_dump()
+    spec["devices"] = {"cpu": 2}
+    spec["models"]["smollm2"].update(prefill_devices=["cpu"], decode_devices=["cpu"])
+    flush(stack)
+    async with RouterContext.open(ClusterSpec.model_validate(spec)) as ctx:
+        piped = await asyncio.gather(
+            *(Session(ctx, cfg, q, "pipelined").run_all() for q in QUESTIONS)
+        )
+        meter = ctx.devices["cpu"].slowdown
+        assert meter.segments >= 1, "no segment compared decode chunks with and without warm-ups"
+        assert sum(t["warmups"] for p in piped for t in p.trace.values()) >= 4
+        for q, p in zip(QUESTIONS, piped):
+            orders = {a: t["slot_order"] for a, t in p.trace.items() if t["slot_order"]}
+            blocked = await Session(ctx, cfg, q, "blocking", slot_orders=orders).run_all()
+            for agent, t in p.trace.items():
+                assert t["output_ids"] == blocked.trace[agent]["output_ids"], (q, agent)
 
 
 @pytest.fixture(scope="module")
