@@ -65,28 +65,38 @@ def arrival_times(count: int, rate: float | None, seed: int) -> list[float]:
 
 
 async def run_block(
-    url: str, cfg_name: str, questions: list[Question], n: int, arrivals: list[float]
+    url: str,
+    cfg_name: str,
+    questions: list[Question],
+    n: int,
+    arrivals: list[float],
+    mode: str = "pipelined",
 ) -> list[dict]:
-    """The block's questions, each arriving at its time in `arrivals` (seconds from the
-    block's start), `n` in flight at most; one row per question."""
+    """The block's questions in router `mode`, each arriving at its time in `arrivals` (seconds
+    from the block's start), `n` in flight at most; one row per question (`position`: its
+    place in the block, by which it started)."""
     sem = asyncio.Semaphore(n)
     async with RouterClient(url) as client:
         t0 = time.perf_counter()
 
-        async def one(q: Question, at: float) -> dict:
+        async def one(position: int, q: Question, at: float) -> dict:
             await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
             async with sem:
                 start = time.perf_counter()
-                await client.run_graph(build_question_prompt(q), q.id, cfg_name, "pipelined", False)
+                await client.run_graph(build_question_prompt(q), q.id, cfg_name, mode, False)
                 end = time.perf_counter()
             return {
                 "id": q.id,
+                "position": position,
+                "start_s": start - t0,
                 "arrival_s": at,
                 "in_flight_s": end - start,
                 "from_arrival_s": end - (t0 + at),
             }
 
-        rows = await asyncio.gather(*(one(q, at) for q, at in zip(questions, arrivals)))
+        rows = await asyncio.gather(
+            *(one(i, q, at) for i, (q, at) in enumerate(zip(questions, arrivals)))
+        )
         wall = time.perf_counter() - t0
     return [{**r, "block_wall_s": wall} for r in rows]
 

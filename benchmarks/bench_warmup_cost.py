@@ -1,0 +1,201 @@
+"""The warm-up gate that weighs its cost (issue 28, item 2) against the one that counts slots, and
+both against blocking, on whole questions at each concurrency. One worker deployment, three shell
+routers over it (benchmarks/shell_routers.py):
+
+- `#2`: blocking (no warm-ups), the reference;
+- `#3-slots`: pipelined, a warm-up admitted where its prefill worker fits the device's slots
+  beside the busy workers (the gate before this benchmark: `warmup_weigh_slowdown` false);
+- `#3-weighed`: pipelined, a warm-up also admitted only if it pays for the decodes it slows, as
+  the router measures them (router/compute_device.py, router/decode_slowdown.py).
+
+Per concurrency N the questions run in blocks, N in flight, through each router in turn on cold
+caches (the order rotating per block). Reports per variant the throughput, the in-flight latency,
+the warm-ups per question (the router's /metrics), the slowdown each router measured; and per
+question the ratio to #2 in the same block, over all questions and over those that started last
+(position ≥ N in their block: they start as the first ones end, the ones that lost under load
+before). Writes OUT/warmup_cost.jsonl and OUT/bench_warmup_cost.md.
+
+    OMP_NUM_THREADS=1 python -m benchmarks.bench_warmup_cost --num-samples 16 --offset 0 \\
+        --concurrency 4 --out runs/bench_warmup_cost
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.bench_meta import BenchRun, cpu_device, provenance
+from benchmarks.bench_overlap import log
+from benchmarks.bench_priority import run_block
+from benchmarks.shell_routers import routers_over_one_deployment
+from experiments.datasets import load_questions
+from experiments.paired_stats import median_ci
+from experiments.router_client import RouterClient
+from experiments.run import flush_worker_caches
+
+VARIANTS = {  # name: (router mode, cluster overrides)
+    "#2": ("blocking", {}),
+    "#3-slots": ("pipelined", {"warmup_weigh_slowdown": False}),
+    "#3-weighed": ("pipelined", {"warmup_weigh_slowdown": True}),
+}
+REFERENCE = "#2"
+
+
+async def router_metrics(url: str) -> dict[str, float]:
+    """The shell router's warm-ups sent (all models) and each device's measured slowdown."""
+    async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as resp:
+        text = await resp.text()
+    out: dict[str, float] = {"warmups": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "moa_warmups_total":
+                out["warmups"] += sample.value
+            elif sample.name == "moa_device_warmup_decode_slowdown":
+                out[f"slowdown.{sample.labels['device']}"] = sample.value
+    return out
+
+
+async def run(cluster: dict, urls: dict[str, str], cfg_name: str, questions, args, out: Path):
+    rows = []
+    with (out / "warmup_cost.jsonl").open("w") as f:
+        for n in args.concurrency:
+            blocks = [questions[i : i + args.block] for i in range(0, len(questions), args.block)]
+            for b, qs in enumerate(blocks):
+                names = list(VARIANTS)
+                order = names[b % len(names) :] + names[: b % len(names)]
+                for variant in order:
+                    url = urls[variant]
+                    async with RouterClient(url) as client:
+                        await flush_worker_caches(client, cluster)
+                    before = await router_metrics(url)
+                    block_rows = await run_block(
+                        url, cfg_name, qs, n, [0.0] * len(qs), VARIANTS[variant][0]
+                    )
+                    after = await router_metrics(url)
+                    warmups = (after["warmups"] - before["warmups"]) / len(qs)
+                    slowdowns = {k: v for k, v in after.items() if k.startswith("slowdown.")}
+                    for r in block_rows:
+                        r.update(concurrency=n, block=b, variant=variant, warmups_per_q=warmups)
+                        r.update(slowdowns)
+                        rows.append(r)
+                        f.write(json.dumps(r) + "\n")
+                    f.flush()
+                    log(
+                        f"c{n} block {b} {variant:10s}: {len(qs)} questions in "
+                        f"{block_rows[0]['block_wall_s']:.1f}s, {warmups:.1f} warm-ups/q, "
+                        + ", ".join(f"{k} {v:.3f}" for k, v in slowdowns.items())
+                    )
+    return rows
+
+
+def report(rows: list[dict], meta: dict) -> str:
+    lines = [
+        "# The warm-up gate: weighed by measured slowdown vs slots alone vs blocking",
+        "",
+        provenance(meta),
+        "",
+        (
+            "| N | variant | questions | throughput q/s | in flight: mean / median / p90 s "
+            "| warm-ups per question | measured slowdown at the end |"
+        ),
+        "|---|---|---|---|---|---|---|",
+    ]
+    ratio_lines = []
+    for n in sorted({r["concurrency"] for r in rows}):
+        at_n = [r for r in rows if r["concurrency"] == n]
+        for variant in VARIANTS:
+            mine = [r for r in at_n if r["variant"] == variant]
+            if not mine:
+                continue
+            walls = {r["block"]: r["block_wall_s"] for r in mine}
+            xs = [r["in_flight_s"] for r in mine]
+            warm = statistics.mean(r["warmups_per_q"] for r in mine)
+            slow = ", ".join(
+                f"{k.removeprefix('slowdown.')} {v:.3f}"
+                for k, v in mine[-1].items()
+                if k.startswith("slowdown.")
+            )
+            lines.append(
+                f"| {n} | {variant} | {len(mine)} | {len(mine) / sum(walls.values()):.4f} "
+                f"| {statistics.mean(xs):.1f} / {statistics.median(xs):.1f} / "
+                f"{np.percentile(xs, 90):.1f} | {warm:.1f} | {slow or '-'} |"
+            )
+        by = {(r["variant"], r["block"], r["id"]): r for r in at_n}
+        for variant in VARIANTS:
+            if variant == REFERENCE:
+                continue
+            pairs = [
+                (r, by[(REFERENCE, b, i)])
+                for (v, b, i), r in by.items()
+                if v == variant and (REFERENCE, b, i) in by
+            ]
+            subsets = {"all": pairs}
+            if n > 1:
+                subsets["started last"] = [(r, ref) for r, ref in pairs if r["position"] >= n]
+            for subset, chosen in subsets.items():
+                if not chosen:
+                    continue
+                ratios = [r["in_flight_s"] / ref["in_flight_s"] for r, ref in chosen]
+                med, lo, hi = median_ci(ratios)
+                ratio_lines.append(
+                    f"| {n} | {variant} | {subset} | {len(ratios)} | {med:.3f} [{lo:.3f}, "
+                    f"{hi:.3f}] | {min(ratios):.3f} | {max(ratios):.3f} |"
+                )
+    lines += [
+        "",
+        f"| N | variant | questions | n | ÷ {REFERENCE} per question, median [95% CI] | best | worst |",
+        "|---|---|---|---|---|---|---|",
+        *ratio_lines,
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="tree_9_3_1_cpu")
+    ap.add_argument("--dataset", default="gsm8k")
+    ap.add_argument("--num-samples", type=int, default=16, help="questions per concurrency")
+    ap.add_argument("--offset", type=int, default=0, help="skip the dataset's first N questions")
+    ap.add_argument(
+        "--concurrency",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=[4],
+        help="questions in flight, comma-separated (default 4)",
+    )
+    ap.add_argument("--block", type=int, default=8, help="questions per block")
+    ap.add_argument("--out", default="runs/bench_warmup_cost")
+    args = ap.parse_args()
+    if args.num_samples < 1 or args.block < 1 or min(args.concurrency) < 1:
+        ap.error("--num-samples, --block and every --concurrency must be at least 1")
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    questions = load_questions(args.dataset, args.offset + args.num_samples)[args.offset :]
+    bench = BenchRun("benchmarks.bench_warmup_cost")
+    overrides = {name: o for name, (_, o) in VARIANTS.items()}
+    with routers_over_one_deployment(args.config, out, overrides, max(args.concurrency)) as r:
+        rows = asyncio.run(run(r.cluster, r.urls, r.config_name, questions, args, out))
+    meta = bench.meta(
+        config=args.config,
+        dataset=args.dataset,
+        first=questions[0].id,
+        last=questions[-1].id,
+        concurrency=args.concurrency,
+        block=args.block,
+        device=cpu_device(False),
+    )
+    text = report(rows, meta)
+    print(text)
+    (out / "bench_warmup_cost.md").write_text(text)
+
+
+if __name__ == "__main__":
+    main()
