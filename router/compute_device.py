@@ -78,15 +78,17 @@ class ComputeDevice:
         self._questions[question] += 1
         self.notify()
 
-    def decode_ended(self, url: str, question: object) -> None:
+    def decode_ended(self, url: str, question: object, stream: object = None) -> None:
         for counter, key in ((self._decoding, url), (self._questions, question)):
             counter[key] -= 1
             if counter[key] <= 0:
                 del counter[key]
+        self.slowdown.stream_ended(stream)
         self.notify()
 
-    def decode_chunk(self) -> None:
-        self.slowdown.chunk()
+    def decode_chunk(self, stream: object) -> None:
+        """A chunk of `stream` (a key of the stream, any hashable) arrived."""
+        self.slowdown.chunk(stream)
 
     def warmup_started(self) -> None:
         self.slowdown.warmup_started()

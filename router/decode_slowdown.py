@@ -7,14 +7,21 @@ pair on two cores, beside the router), a warm-up slows the decodes beside it by 
 counting cannot see (memory bandwidth, the router's own CPU per warm-up, shared caches), and by
 how much differs by machine, model and batch.
 
-How: time is cut into segments in which nothing else changes the decode chunk rate (the same
-decode streams open, the same critical prefills outstanding: a change is a "disturbance"; a
-segment is also cut after `max_segment_s`, so that a slow drift of the rate stays local). Within
-a segment, the chunks that arrived while no warm-up ran give the undisturbed rate; at that rate
-the time with a warm-up in flight should have seen `expected` chunks, and it saw `actual`. Over
-the last `window` segments, slowdown = Σ expected ÷ Σ actual − 1: a ratio of sums, since one
-segment holds a few decode steps at most (chunks of a batch arrive together). Warm-ups that run
-back to back are measured too (unlike a comparison with a warm-up-free window before each one).
+How. Each decode stream delivers one chunk per decode step, so the gap between two chunks of a
+stream is one step's time, and a step is one unit of progress. Time is cut into segments in
+which nothing else changes the step time (the same decode streams open, the same critical
+prefills outstanding: a change is a "disturbance"; a segment is also cut after `max_segment_s`,
+so that a slow drift stays local). In a segment, the gaps no warm-up overlapped give the
+undisturbed rate r0 (steps per second). A gap with c seconds cold and o seconds beside a
+warm-up made one step of progress, c·r0 of it in the cold part, so 1 − c·r0 in the warm part;
+over the segment's warm gaps, `actual` = Σ (1 − c·r0) steps were made in Σ o warm seconds where
+`expected` = r0 · Σ o would have been made alone. Over the last `window` segments, slowdown =
+Σ expected ÷ Σ actual − 1 (a ratio of sums: one gap is noisy).
+
+Counting chunks inside the warm-ups' own windows instead (the first version) read a slowdown
+where there was none: a warm-up is sent when a step's chunks arrive (they complete its chunk),
+so a warm-up shorter than a step often holds no chunk at all. Whole gaps split by time do not
+depend on when a warm-up starts (tests/test_decode_slowdown.py simulates both).
 
 This is the project's own idea (nothing measures co-run interference from a client's streams);
 router/compute_device.py decides with it.
@@ -22,10 +29,9 @@ router/compute_device.py decides with it.
 
 from __future__ import annotations
 
-import bisect
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 
 class DecodeSlowdown:
@@ -33,34 +39,42 @@ class DecodeSlowdown:
         self,
         window: int = 64,
         min_segments: int = 4,
-        min_chunks: int = 40,
+        min_expected: float = 10.0,
         min_part_s: float = 0.05,
         max_segment_s: float = 5.0,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
-        """`window`: segments kept (the newest); below `min_segments` of them or `min_chunks`
-        expected chunks in all, the slowdown is unknown (None). A segment counts only if it
-        spent at least `min_part_s` both with and without a warm-up in flight."""
+        """`window`: segments kept (the newest); below `min_segments` of them or `min_expected`
+        steps expected beside warm-ups in all, the slowdown is unknown (None). A segment counts
+        only if its gaps spent at least `min_part_s` both with and without a warm-up."""
         self._clock = clock
-        self._min_segments, self._min_chunks, self._min_part_s = (
-            min_segments,
-            min_chunks,
-            min_part_s,
-        )
-        self._max_segment_s = max_segment_s
-        self._chunks: deque[float] = deque()  # arrival times, within the open segment
-        self._segments: deque[tuple[float, int]] = deque(maxlen=window)  # (expected, actual)
-        self._seg_start = clock()
-        self._warm: list[tuple[float, float]] = []  # warm periods ended in the open segment
+        self._min_segments, self._min_expected = min_segments, min_expected
+        self._min_part_s, self._max_segment_s = min_part_s, max_segment_s
+        self._segments: deque[tuple[float, float]] = deque(maxlen=window)  # (expected, actual)
+        self._last: dict[Hashable, float] = {}  # each open stream's last chunk
         self._warmups = 0
         self._warm_since = 0.0
+        self._open(clock())
 
     # --- what the device reports ----------------------------------------------------------------
-    def chunk(self) -> None:
-        """A decode chunk arrived from a worker on the device."""
+    def chunk(self, stream: Hashable) -> None:
+        """A decode chunk of `stream` arrived from a worker on the device."""
         now = self._clock()
         self._roll(now)
-        self._chunks.append(now)
+        last, self._last[stream] = self._last.get(stream), now
+        if last is None or last < self._seg_start:
+            return  # the stream's first gap, or one that began in an earlier segment
+        warm = self._overlap(last, now)
+        if warm == 0.0:
+            self._cold_steps += 1
+            self._cold_s += now - last
+        else:
+            self._warm_steps += 1
+            self._warm_cold_s += now - last - warm
+            self._warm_s += warm
+
+    def stream_ended(self, stream: Hashable) -> None:
+        self._last.pop(stream, None)
 
     def disturbed(self) -> None:
         """The open decode streams or the critical prefills on the device changed."""
@@ -86,37 +100,40 @@ class DecodeSlowdown:
         return len(self._segments)
 
     def slowdown(self) -> float | None:
-        """The fraction by which a warm-up stretches the decodes beside it (0.2: they run at
-        1/1.2 of their speed), or None while too little was measured. Never below 0: a warm-up
-        does not speed decoding up, so a negative estimate is noise."""
+        """The fraction by which a warm-up stretches the decode steps beside it (0.2: they take
+        1.2× as long), or None while too little was measured. Never below 0: a warm-up does not
+        speed decoding up, so a negative estimate is noise."""
         expected = sum(e for e, _ in self._segments)
         actual = sum(a for _, a in self._segments)
-        if len(self._segments) < self._min_segments or expected < self._min_chunks:
+        if len(self._segments) < self._min_segments or expected < self._min_expected:
             return None
-        if actual == 0:
+        if actual <= 0:
             return float("inf")
         return max(0.0, expected / actual - 1.0)
 
     # --- segments --------------------------------------------------------------------------------
+    def _overlap(self, a: float, b: float) -> float:
+        """Seconds of [a, b] with a warm-up in flight (this segment's warm periods)."""
+        periods = list(self._warm)
+        if self._warmups > 0:
+            periods.append((max(self._warm_since, self._seg_start), b))
+        return sum(max(0.0, min(b, y) - max(a, x)) for x, y in periods)
+
     def _roll(self, now: float) -> None:
         if now - self._seg_start > self._max_segment_s:
             self._close(now)
 
     def _close(self, now: float) -> None:
         """End the open segment at `now`, keep what it measured, open the next."""
-        warm = list(self._warm)
-        if self._warmups > 0:  # a warm period goes on into the next segment
-            warm.append((max(self._warm_since, self._seg_start), now))
-        warm_s = sum(b - a for a, b in warm)
-        cold_s = now - self._seg_start - warm_s
-        if warm_s >= self._min_part_s and cold_s >= self._min_part_s:
-            times = list(self._chunks)
-            actual = sum(
-                bisect.bisect_left(times, b) - bisect.bisect_left(times, a) for a, b in warm
-            )
-            cold = len(times) - actual
-            if cold + actual:
-                self._segments.append((cold / cold_s * warm_s, actual))
+        if self._cold_s >= self._min_part_s and self._warm_s >= self._min_part_s:
+            r0 = self._cold_steps / self._cold_s
+            expected = r0 * self._warm_s
+            actual = self._warm_steps - r0 * self._warm_cold_s
+            self._segments.append((expected, actual))
+        self._open(now)
+
+    def _open(self, now: float) -> None:
         self._seg_start = now
-        self._chunks.clear()
-        self._warm.clear()
+        self._warm: list[tuple[float, float]] = []  # warm periods ended in this segment
+        self._cold_steps, self._cold_s = 0, 0.0  # gaps no warm-up overlapped
+        self._warm_steps, self._warm_s, self._warm_cold_s = 0, 0.0, 0.0  # gaps one did

@@ -342,19 +342,21 @@ class Deployment:
         on its decode worker, released then."""
         load = self._metrics.worker_load(self.name, *worker)
         devices = [(u, self._decode_devices[u]) for u in decode_urls if u in self._decode_devices]
+        key = object()  # this stream, to the devices' slowdown meters
+        meters = list({id(d): d for _, d in devices}.values())  # each device once
         for url, device in devices:
             device.decode_started(url, question)
         try:
             async for chunk in stream:
-                for _, device in devices:
-                    device.decode_chunk()
+                for device in meters:
+                    device.decode_chunk(key)
                 yield chunk
         finally:
             load.end()
             if claim is not None:
                 claim.release()
             for url, device in devices:
-                device.decode_ended(url, question)
+                device.decode_ended(url, question, key)
             await stream.aclose()
 
     async def abort(self, call: PDCall) -> None:
