@@ -71,7 +71,7 @@ def measure(slowdown, warm_when, step_s=0.05, segments=10, segment_s=3.0):
 def test_the_slowdown_is_read_whatever_the_warmups_length_and_their_timing(slowdown, warm_when):
     """Warm-ups start right as a step's chunks arrived, as the router sends them: shorter than a
     step, one step, several. The first version (chunks counted inside the warm-ups' windows) read
-    0.49 on the real engine where, at half a step, it would read ~1 for no slowdown at all."""
+    0.49 on the real engine, and at half a step it counts no chunk inside any warm-up."""
     meter = measure(slowdown, warm_when)
     assert meter.segments == 10
     assert meter.slowdown() == pytest.approx(slowdown, abs=0.03 + 0.05 * slowdown)
