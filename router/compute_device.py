@@ -10,10 +10,10 @@ processes time-slice); a worker is busy while it decodes a stream, holds a criti
 runs a warm-up, and a warm-up is admitted only if its worker then fits in the slots with every
 other busy worker. Owned by RouterContext, shared by every model's Deployment on the device.
 
-Counting slots is not enough (issue 28): on `tree_9_3_1_cpu` (one PD pair on two cores) every
-warm-up fits the slots, yet pipelining lost 20.5 s of decoding for 36.5 s of exposed prefill it
-hid over 20 questions. So a warm-up must also pay for what it costs, measured: the device
-measures how much a warm-up slows the decodes beside it (router/decode_slowdown.py), and a
+Counting slots cannot see what a warm-up costs the decodes beside it when it fits (issue 28:
+on `tree_9_3_1_cpu`, one PD pair on two cores, every warm-up fits, and #3 decoded 20.5 s longer
+than #2 over 20 questions). So the device also measures how much warm-ups slow the decode
+steps beside it (router/decode_slowdown.py; on that CPU ~0.01, docs/benchmarks.md), and a
 warm-up whose successor has chance `benefit` of being on its question's critical path (1 for a
 question's only successor in its layer, 1/3 for one of three aggregators) is admitted only if
 slowdown × (the questions decoding on the device) ≤ benefit: its time saved on the critical path
