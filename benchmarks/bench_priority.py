@@ -125,7 +125,8 @@ async def run(cluster: dict, urls: dict[str, str], cfg_name: str, questions, arg
     return rows
 
 
-def _stats(rows: list[dict], key: str) -> str:
+def latency_stats(rows: list[dict], key: str) -> str:
+    """Mean / median / p90 of `key` over `rows`, in seconds."""
     xs = [r[key] for r in rows]
     return f"{statistics.mean(xs):.1f} / {statistics.median(xs):.1f} / {np.percentile(xs, 90):.1f}"
 
@@ -150,8 +151,8 @@ def report(rows: list[dict], meta: dict) -> str:
             walls = {r["block"]: r["block_wall_s"] for r in mine}
             tput = len(mine) / sum(walls.values())
             lines.append(
-                f"| {n} | {variant} | {len(mine)} | {tput:.4f} | {_stats(mine, 'in_flight_s')} "
-                f"| {_stats(mine, 'from_arrival_s')} |"
+                f"| {n} | {variant} | {len(mine)} | {tput:.4f} | {latency_stats(mine, 'in_flight_s')} "
+                f"| {latency_stats(mine, 'from_arrival_s')} |"
             )
         by = {(r["variant"], r["block"], r["id"]): r for r in at_n}
         pairs = [

@@ -29,12 +29,11 @@ import statistics
 from pathlib import Path
 
 import aiohttp
-import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.bench_meta import BenchRun, cpu_device, provenance
 from benchmarks.bench_overlap import log
-from benchmarks.bench_priority import run_block
+from benchmarks.bench_priority import latency_stats, run_block
 from benchmarks.shell_routers import routers_over_one_deployment
 from experiments.datasets import load_questions
 from experiments.paired_stats import median_ci
@@ -116,7 +115,6 @@ def report(rows: list[dict], meta: dict) -> str:
             if not mine:
                 continue
             walls = {r["block"]: r["block_wall_s"] for r in mine}
-            xs = [r["in_flight_s"] for r in mine]
             warm = statistics.mean(r["warmups_per_q"] for r in mine)
             slow = ", ".join(
                 f"{k.removeprefix('slowdown.')} {v:.3f}"
@@ -125,8 +123,7 @@ def report(rows: list[dict], meta: dict) -> str:
             )
             lines.append(
                 f"| {n} | {variant} | {len(mine)} | {len(mine) / sum(walls.values()):.4f} "
-                f"| {statistics.mean(xs):.1f} / {statistics.median(xs):.1f} / "
-                f"{np.percentile(xs, 90):.1f} | {warm:.1f} | {slow or '-'} |"
+                f"| {latency_stats(mine, 'in_flight_s')} | {warm:.1f} | {slow or '-'} |"
             )
         by = {(r["variant"], r["block"], r["id"]): r for r in at_n}
         for variant in VARIANTS:
