@@ -110,8 +110,9 @@ def gain_by_part(
 ) -> dict[str, float] | None:
     """Where the realized gain came from and went: Σ over the questions both settings ran of
     pipelined − blocking, per PART of each one's own critical path, and the decode part per
-    layer (`decode_layer_<n>`). Overlap shows as negative exposed_prefill; what it costs
-    elsewhere (decodes slowed by warm-ups beside them) as positive decode."""
+    layer (`decode_layer_<n>`). Overlap shows as negative exposed_prefill; slower decoding as
+    positive decode (warm-ups beside it, 1-7% of their time on the CPU VM per
+    router/decode_slowdown.py, or the machine's own drift: experiments/speed_reference.py)."""
     by = {(r.sample_id, r.setting): r for r in rows if r.ok}
     sums: dict[str, float] = {}
     for (sid, s), piped in by.items():
