@@ -18,9 +18,10 @@ from dataclasses import dataclass
 
 from planning.pack import PlanError
 from planning.pool_need import max_weight_antichain, pool_needs, unused_models
-from planning.prompt_length import max_new_tokens, prompt_tokens
+from planning.prompt_length import prompt_tokens
 from profiling.profile_file import ModelProfile, Profile
 from router.config import TopologyConfig
+from router.topology import decode_budget
 
 ROLES = ("prefill", "decode")
 # A tensor-parallel worker's time on each of its GPUs, against one GPU's: profiles are measured at
@@ -93,7 +94,7 @@ def role_work(
     floor: dict[str, int] = {}
     for cfg in configs:
         prompts = {a.id: prompt_tokens(cfg, a.id, question_tokens) for a in cfg.agents}
-        outputs = {a.id: max_new_tokens(cfg, a.id) for a in cfg.agents}
+        outputs = {a.id: decode_budget(cfg, a.id) for a in cfg.agents}
         for model in cfg.models:
             mine = [a.id for a in cfg.agents if a.model == model]
             mp = _model_profile(profile, cfg, model)
@@ -153,7 +154,7 @@ def critical_path_seconds(
         weight = {}
         for a in cfg.agents:
             mp = _model_profile(profile, cfg, a.model)
-            prompt, out = prompt_tokens(cfg, a.id, question_tokens), max_new_tokens(cfg, a.id)
+            prompt, out = prompt_tokens(cfg, a.id, question_tokens), decode_budget(cfg, a.id)
             mine = [r for r in replicas or () if r.model == a.model]
             prefills = [(r.share, len(r.devices)) for r in mine if r.role == "prefill"]
             decodes = [(r.share, len(r.devices)) for r in mine if r.role == "decode"]

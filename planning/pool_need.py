@@ -9,8 +9,9 @@ than weighed, are the requests a decode worker runs at once (`running_needs`).
 
 from __future__ import annotations
 
-from planning.prompt_length import DEFAULT_QUESTION_TOKENS, max_new_tokens, prompt_tokens
+from planning.prompt_length import DEFAULT_QUESTION_TOKENS, prompt_tokens
 from router.config import TopologyConfig
+from router.topology import decode_budget
 from sglang_ext.server_args import DEFAULT_MAX_RUNNING_REQUESTS
 
 
@@ -84,8 +85,8 @@ def pool_needs(
             mine = [a.id for a in cfg.agents if a.model == model]
             if not mine:
                 continue
-            floor = max(prompts[a] + max_new_tokens(cfg, a) for a in mine)
-            decode = {a: prompts[a] + max_new_tokens(cfg, a) for a in mine}
+            floor = max(prompts[a] + decode_budget(cfg, a) for a in mine)
+            decode = {a: prompts[a] + decode_budget(cfg, a) for a in mine}
             prefill = {a: prompts[a] for a in mine}
             for role, weight in (("prefill", prefill), ("decode", decode)):
                 need = max(floor, concurrency * max_weight_antichain(cfg, weight))

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from router.config import QUESTION_FIELD, SLOT_PATTERN, TopologyConfig
+from router.topology import decode_budget
 
 CHARS_PER_TOKEN = 4
 # ChatML's system and user turns and the assistant header (SmolLM2, Qwen2.5, Qwen3: 14 tokens
@@ -25,8 +26,6 @@ CHAT_MARKUP_TOKENS = 14
 # MATH-500, 138 on IFBench (SmolLM2's and Qwen2.5's tokenizers alike); raise it
 # (--question-tokens) for long-context datasets (AIME 2025's is 561, MMLU-ProX-Lite's 199).
 DEFAULT_QUESTION_TOKENS = 128
-# SGLang's max_new_tokens when a request sets none.
-SGLANG_DEFAULT_MAX_NEW_TOKENS = 128
 
 Counter = Callable[[str], int]
 
@@ -58,10 +57,6 @@ def token_counter(cfg: TopologyConfig, model: str) -> Counter:
     return estimate_tokens
 
 
-def max_new_tokens(cfg: TopologyConfig, agent_id: str) -> int:
-    return cfg.sampling_of(agent_id).max_new_tokens or SGLANG_DEFAULT_MAX_NEW_TOKENS
-
-
 def static_pieces(
     cfg: TopologyConfig, agent_id: str, question_tokens: int = DEFAULT_QUESTION_TOKENS
 ) -> tuple[int, ...]:
@@ -82,5 +77,5 @@ def prompt_tokens(
     cfg: TopologyConfig, agent_id: str, question_tokens: int = DEFAULT_QUESTION_TOKENS
 ) -> int:
     """The agent's prompt: its static pieces and every precursor's whole output."""
-    precursors = sum(max_new_tokens(cfg, p) for p in cfg.precursors(agent_id))
+    precursors = sum(decode_budget(cfg, p) for p in cfg.precursors(agent_id))
     return sum(static_pieces(cfg, agent_id, question_tokens)) + precursors

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from sglang_ext import protocol as P
+
 if TYPE_CHECKING:
     from router.config import TopologyConfig
 
@@ -47,6 +49,32 @@ def critical_path_chance(cfg: TopologyConfig, agent_id: str) -> float:
     weighs a warm-up's benefit with it (router/compute_device.py)."""
     depth = layers(cfg)
     return 1.0 / sum(d == depth[agent_id] for d in depth.values())
+
+
+def decode_budget(cfg: TopologyConfig, agent_id: str) -> int:
+    """The most tokens `agent_id` decodes: its max_new_tokens, else SGLang's default."""
+    return cfg.sampling_of(agent_id).max_new_tokens or P.DEFAULT_MAX_NEW_TOKENS
+
+
+def remaining_path(cfg: TopologyConfig) -> dict[str, int]:
+    """For each agent, the longest chain of decode budgets from it to the final agent, its own
+    included: how much decoding its question still has ahead once it starts, if each agent on
+    the way writes up to its max_new_tokens (list scheduling's upward rank). Tokens stand for
+    time as if every model decoded at one speed: exact where one model serves the graph; where
+    several do, the agents whose order matters (those queued on one prefill worker) are of one
+    model, and only the paths after them mix speeds."""
+    readers = successors(cfg)
+    path: dict[str, int] = {}
+
+    def visit(agent_id: str) -> int:
+        if agent_id not in path:
+            after = max((visit(r) for r in readers[agent_id]), default=0)
+            path[agent_id] = decode_budget(cfg, agent_id) + after
+        return path[agent_id]
+
+    for a in cfg.agents:
+        visit(a.id)
+    return path
 
 
 def successors(cfg: TopologyConfig) -> dict[str, list[str]]:

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from experiments.results import ResultRow
-from planning.prompt_length import DEFAULT_QUESTION_TOKENS, max_new_tokens, static_pieces
+from planning.prompt_length import DEFAULT_QUESTION_TOKENS, static_pieces
 from router.config import SLOT_PATTERN, TopologyConfig
-from router.topology import layers
+from router.topology import decode_budget, layers
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +32,9 @@ class QuestionWork:
     config: str
     final: str
     agents: dict[str, AgentWork]
+    # The order its agents started in, where a trace recorded it (else the router's rule,
+    # router/priority.start_order, decides when it runs).
+    start_order: tuple[str, ...] | None = None
 
 
 def _split(total: int, weights: tuple[int, ...]) -> tuple[int, ...]:
@@ -54,7 +57,7 @@ def from_config(
             depth[a.id],
             tuple(cfg.precursors(a.id)),
             static_pieces(cfg, a.id, question_tokens),
-            max_new_tokens(cfg, a.id),
+            decode_budget(cfg, a.id),
             _piece_keys(cfg, a.id),
         )
     return QuestionWork(qid, cfg.name, cfg.final, agents)
@@ -90,7 +93,16 @@ def from_trace(cfg: TopologyConfig, row: ResultRow) -> QuestionWork:
             work.piece_keys,
             killed=t.killed,
         )
-    return QuestionWork(row.sample_id, cfg.name, cfg.final, agents)
+    return QuestionWork(row.sample_id, cfg.name, cfg.final, agents, _start_order(row, agents))
+
+
+def _start_order(row: ResultRow, agents: dict[str, AgentWork]) -> tuple[str, ...]:
+    """The order `row`'s agents started in: as recorded, else the config's (every run before
+    the router recorded it started them so)."""
+    index = {a: row.agents[a].start_index for a in agents}
+    if None in index.values():
+        return tuple(agents)
+    return tuple(sorted(agents, key=index.__getitem__))
 
 
 def _piece_keys(cfg: TopologyConfig, agent: str) -> tuple[str, ...]:
