@@ -46,6 +46,9 @@ class AgentTrace(BaseModel):
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     slot_order: list[str] = []  # precursor ids in the order spliced; empty for a first-layer agent
+    # Its place in the order the question's agents started (None: a run before it was recorded,
+    # which started them in the config's order).
+    start_index: int | None = None
     killed: bool = False
 
 

@@ -143,6 +143,11 @@ class ClusterSpec(_Tolerant):
     # field above) and at the warm-up gates: False, first come first served; True, workflow
     # priority, the requests of the question that arrived first go first (router/priority.py).
     workflow_priority: bool = False
+    # The order a question's agents start in, which is the order their prefill workers queue
+    # the first layer's prompts: "critical_path", the longest remaining decode path first;
+    # "config", the config's order (before issue 28; benchmarks compare the two). Early exit
+    # and aggregator bypass keep the config's order (router/priority.py).
+    start_order: Literal["critical_path", "config"] = "critical_path"
     # The router's own isolation of warm-ups (router/prefill_gate.py); off only to measure what
     # it buys (benchmarks/bench_gate_ladder.py).
     warmup_gate: bool = True

@@ -45,7 +45,10 @@ class RouterContext:
         scoped = cluster.warmup_gate and cluster.warmup_gate_scope == "device"
         self.metrics = RouterMetrics()
         # Numbers the questions as they arrive and values their requests' priority.
-        self.order = RequestOrder(workflow=cluster.workflow_priority)
+        self.order = RequestOrder(
+            workflow=cluster.workflow_priority,
+            critical_path_first=cluster.start_order == "critical_path",
+        )
         self.devices = (
             {
                 d: ComputeDevice(d, slots, cluster.warmup_weigh_slowdown)

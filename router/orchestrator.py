@@ -33,6 +33,7 @@ from router.agent_runner import AgentJob, AgentRunner
 from router.answer_cache import AnswerCache, PrecursorFailed
 from router.config import TopologyConfig
 from router.context import RouterContext
+from router.priority import start_order
 from router.sglang_client import WorkerError
 from router.successor_prompt import PromptGate
 from router.topology import layers, successors
@@ -165,9 +166,13 @@ class Session:
         try:
             if self.route is not None:
                 await self._route()
-            for a in self.cfg.agents:
-                if a.id not in self.routed_out:
-                    self.start_agent(a.id)
+            order = start_order(
+                self.cfg, self.ctx.order.critical_path_first, self.on_completion is not None
+            )
+            for index, agent_id in enumerate(order):
+                self.traces[agent_id].start_index = index
+                if agent_id not in self.routed_out:
+                    self.start_agent(agent_id)
             await asyncio.wait(self.tasks.values())
         finally:
             unwatch()

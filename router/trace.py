@@ -35,6 +35,9 @@ class AgentTrace:
     prompt_tokens: int | None = None
     cached_tokens: int | None = None
     slot_order: list[str] = field(default_factory=list)
+    # Its place in the order the whole graph's agents started (router/priority.start_order);
+    # None where a client started agents one by one.
+    start_index: int | None = None
     # The model's prefill worker that served it, by its index in the cluster's prefill_urls
     # (never the URL: traces go back to API clients, who must not see internal addresses).
     prefill_replica: int | None = None

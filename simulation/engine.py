@@ -64,16 +64,20 @@ class Simulation:
         priority_scheduling: bool = False,
         router_costs: RouterCosts | None = None,
         workflow_priority: bool = False,
+        critical_path_first: bool = True,
     ) -> None:
         """`workflow_priority`: requests ranked by their question's start, the oldest first, at
         the decode workers' admission, the prefill workers' queues (with
-        `priority_scheduling`) and the warm-up gates, as router/priority.py does; else FCFS."""
+        `priority_scheduling`) and the warm-up gates, as router/priority.py does; else FCFS.
+        `critical_path_first`: a question whose work has no recorded start order starts its
+        agents by the router's rule (router/priority.start_order), else in the config's order."""
         self.env = simpy.Environment()
         self.configs = {c.name: c for c in configs}
         self.profile, self.deployment, self.exit_rate = profile, deployment, exit_rate
         self.seed = seed
         self.warm_order = itertools.count()  # the order successors' warm-ups start (gate queues)
         self.workflow_priority = workflow_priority
+        self.critical_path_first = critical_path_first
         self.question_order = itertools.count()  # questions as they start (workflow priority)
         self.devices = {
             d: Device(self.env, d, s)

@@ -79,9 +79,12 @@ def simulate_setting(
     exit_rate: float | None = None,
     question_tokens: int = DEFAULT_QUESTION_TOKENS,
     workflow_priority: bool = False,
+    critical_path_first: bool = True,
 ) -> Outcome:
     """`workflow_priority`: the deployment's workers schedule by priority and the router ranks
-    requests by question (router/priority.py); else FCFS, the router's default."""
+    requests by question (router/priority.py); else FCFS, the router's default.
+    `critical_path_first`: questions without a recorded start order start their agents by the
+    router's default rule (router/priority.start_order), else in the config's order."""
     s = SETTINGS[setting]
     cfg = config_for_setting(configs, s)
     asked = workloads(cfg, s, questions, rows, question_tokens)
@@ -93,6 +96,7 @@ def simulate_setting(
         exit_rate=exit_rate,
         priority_scheduling=workflow_priority,
         workflow_priority=workflow_priority,
+        critical_path_first=critical_path_first,
     )
     return sim.run(work, concurrency=concurrency, rate_qps=rate_qps)
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import simpy
 
 from experiments.results import AgentTrace
+from router.priority import start_order
 from simulation.prefix_cache import Prompt, common_prefix, length
 from simulation.signal import Signal
 from simulation.workload import QuestionWork
@@ -100,10 +101,15 @@ class QuestionRun:
         w = self.work.agents[aid]
         q = self.work.qid
         kept = [p for p in w.precursors if p not in self.dropped[aid]]
+        shortest_first = self.cfg.slot_order == "shortest_first"
+        if shortest_first:  # the order the router's commits reach (its lengths known here)
+            kept.sort(key=lambda p: self.work.agents[p].output_tokens)
         # Keys: a static piece by its text (the head with this question), an output by its agent.
         segs = [(f"{q}|{w.piece_keys[0]}", w.pieces[0])]
         for pos, p in enumerate(kept):
             st = self.state[p]
+            if shortest_first and not st.ended and pos < len(kept) - 1:
+                return tuple(segs), False  # the router commits a position to a finished one
             segs.append((f"{q}|out|{p}", self._output_tokens(p)))
             if not st.ended:
                 return tuple(segs), False
@@ -116,7 +122,10 @@ class QuestionRun:
     # --- running ------------------------------------------------------------------------------
     def run(self):
         """simpy process: the whole question; returns the rows' agents and e2e."""
-        procs = [self.env.process(self._agent(a)) for a in self.work.agents]
+        order = self.work.start_order or start_order(
+            self.cfg, self.sim.critical_path_first, self.early_exit
+        )
+        procs = [self.env.process(self._agent(a)) for a in order if a in self.work.agents]
         yield simpy.AllOf(self.env, procs)
         e2e = self.state[self.work.final].trace["end_s"]
         agents = {}
