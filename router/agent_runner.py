@@ -168,7 +168,7 @@ class AgentRunner:
             sources,
             job.apc,
             job.dropped,
-            dynamic=cfg.slot_order == "dynamic",
+            slot_order=cfg.slot_order,
             forced_order=job.forced_order,
             gate=job.gate,
         )

@@ -279,7 +279,8 @@ class TopologyConfig(_Strict):
     final_agent: str | None = None
     early_exit: EarlyExit = EarlyExit()
     incremental_prefill: IncrementalPrefill = IncrementalPrefill()
-    slot_order: Literal["template", "dynamic"] = "template"
+    # Which precursor fills which slot position (router/successor_prompt.py).
+    slot_order: Literal["template", "dynamic", "shortest_first"] = "template"
     aggregator_bypass: AggregatorBypass = AggregatorBypass()
 
     @field_validator("agents")

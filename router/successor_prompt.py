@@ -1,6 +1,14 @@
-"""One successor's prompt as it grows: which precursor fills which slot position (template or
-dynamic order), and the longest contiguous token prefix its precursors' outputs allow so far.
-Read by incremental.py (warm-ups) and the orchestrator (the final prompt, both modes)."""
+"""One successor's prompt as it grows: which precursor fills which slot position (the config's
+`slot_order`), and the longest contiguous token prefix its precursors' outputs allow so far.
+Read by incremental.py (warm-ups) and the orchestrator (the final prompt, both modes).
+
+The slot orders: `template`, as the template lists the slots; `dynamic`, the precursor that
+finished first (else has streamed most) takes the next position, which follows the timing of one
+run, so a blocking run reproduces a pipelined one only when given its order (`forced_order`);
+`shortest_first`, by output length, shortest first (template order among equals): a function of
+the outputs alone, so both modes build the same prompt, and causal: a finished precursor takes
+the next position once no other left can still end shorter (every one still streaming has
+passed its length), which for precursors of one speed is about when it finishes."""
 
 from __future__ import annotations
 
@@ -62,7 +70,7 @@ class SuccessorPrompt:
         sources: dict[str, SlotSource],
         apc: AnswerCache,
         dropped: set[str],
-        dynamic: bool = False,
+        slot_order: str = "template",
         forced_order: list[str] | None = None,
         gate: PromptGate | None = None,
     ) -> None:
@@ -72,7 +80,7 @@ class SuccessorPrompt:
         self._apc = apc
         # Owned by the session: early exit adds to it while this prompt is being built.
         self._dropped = dropped
-        self._dynamic = dynamic
+        self._slot_order = slot_order
         self._forced = forced_order
         self._gate = gate
         # Precursors committed to positions 1, 2, ... so far; a committed slot never moves
@@ -142,11 +150,31 @@ class SuccessorPrompt:
             return next(a for a in reversed(self._gate.last) if a in candidates)
         if self._forced is not None:
             return next((a for a in self._forced if a in candidates), candidates[0])
-        if not self._dynamic:
+        if self._slot_order == "template":
             return candidates[0]
         answers = [self._apc[a] for a in candidates]
+        if self._slot_order == "shortest_first":
+            return _shortest_settled(answers)
         finished = [a for a in answers if a.done]
         if finished:
             return min(finished, key=lambda a: a.finish_seq).agent_id
         best = max(answers, key=lambda a: len(a.output_ids))
         return best.agent_id if best.output_ids else None
+
+
+def _shortest_settled(answers: list[AgentAnswer]) -> str | None:
+    """The shortest finished answer (the first of equals, in `answers`' order) once none still
+    streaming can end shorter or equal before it; the last one left at once; else None."""
+    if len(answers) == 1:
+        return answers[0].agent_id
+    finished = [(len(a.output_ids), i) for i, a in enumerate(answers) if a.done]
+    if not finished:
+        return None
+    length, first = min(finished)
+    for i, a in enumerate(answers):
+        if a.done:
+            continue
+        streamed = len(a.output_ids)
+        if streamed < length or (streamed == length and i < first):
+            return None  # it may still end shorter, or as long and before it
+    return answers[first].agent_id

@@ -67,6 +67,40 @@ async def test_pipelined_and_blocking_give_identical_tokens(
         await cluster.close()
 
 
+async def test_shortest_first_needs_no_forced_order_for_identical_tokens(
+    smollm_tokenizer_path,  # noqa: F811
+):
+    """With slot_order shortest_first the order is a function of the outputs: blocking builds
+    pipelined's prompts on its own (no slot_orders handed over), and a precursor written
+    shorter takes an earlier position than the template gives it."""
+    cluster = await start_fake_cluster(smollm_tokenizer_path, **FAST)
+    base = tree_config("tree_3_1_cpu", max_new_tokens=12, slot_order="shortest_first")
+    lengths = {"leaf_0_0": 14, "leaf_0_1": 6, "leaf_0_2": 10}  # the fake writes its budget
+    cfg = base.model_copy(
+        update={
+            "agents": [
+                a.model_copy(
+                    update={"sampling": a.sampling.model_copy(update={"max_new_tokens": n})}
+                )
+                if (n := lengths.get(a.id))
+                else a
+                for a in base.agents
+            ]
+        }
+    )
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            piped = await run(ctx, cfg, "pipelined")
+            blocked = await run(ctx, cfg, "blocking")
+        for agent, t in piped.trace.items():
+            assert t["output_ids"] == blocked.trace[agent]["output_ids"], agent
+        assert piped.trace["final"]["slot_order"] == ["leaf_0_1", "leaf_0_2", "leaf_0_0"]
+        assert blocked.trace["final"]["slot_order"] == piped.trace["final"]["slot_order"]
+        assert piped.trace["final"]["warmups"] >= 1
+    finally:
+        await cluster.close()
+
+
 def _layer_ends(trace: dict) -> dict[int, float]:
     ends: dict[int, float] = {}
     for t in trace.values():

@@ -96,7 +96,7 @@ def _finish(apc, agent, ids):
 
 async def test_dynamic_order_gives_the_next_slot_to_the_first_finished(tok):
     apc = AnswerCache(["a", "b", "c"])
-    prompt = make_prompt(tok, apc, dynamic=True)
+    prompt = make_prompt(tok, apc, slot_order="dynamic")
     apc.append("b", [400], [0.0], "")
     apc.append("c", [500, 501], [0.0, 0.0], "")
     prompt.state()
@@ -115,9 +115,46 @@ async def test_blocking_dynamic_order_is_completion_order(tok):
     apc = AnswerCache(["a", "b", "c"])
     for agent in ("b", "c", "a"):
         _finish(apc, agent, [300])
-    prompt = make_prompt(tok, apc, dynamic=True)
+    prompt = make_prompt(tok, apc, slot_order="dynamic")
     prompt.state()
     assert prompt.order == ["b", "c", "a"]
+
+
+async def test_shortest_first_commits_a_finished_answer_once_nothing_left_can_end_shorter(tok):
+    apc = AnswerCache(["a", "b", "c"])
+    prompt = make_prompt(tok, apc, slot_order="shortest_first")
+    apc.append("a", [300, 301, 302], [0.0] * 3, "")
+    _finish(apc, "c", [500, 501])
+    apc.append("b", [400], [0.0], "")
+    prompt.state()
+    assert prompt.order == []  # b has 1 token: it may still end shorter than c's 2
+    apc.append("b", [401], [0.0], "")
+    prompt.state()
+    assert prompt.order == []  # b has 2, as many as c, and comes first in the template
+    apc.append("b", [402], [0.0], "")
+    prompt.state()
+    assert prompt.order == ["c"]  # nobody left can end before c now
+    _finish(apc, "a", [303])
+    prompt.state()
+    assert prompt.order == ["c"]  # b (3 so far) may still end shorter than a's 4
+    apc.append("b", [403], [0.0], "")
+    st = prompt.state()
+    # b has 4, as many as a but after it in the template; then b, the last left, grows.
+    assert prompt.order == ["c", "a", "b"] and not st.complete
+    p = build_pieces(tok, AGG, "What is 2+3?")
+    head = p.head + [500, 501] + p.betweens[0] + [300, 301, 302, 303] + p.betweens[1]
+    assert st.ids == head + [400, 401, 402, 403]
+    _finish(apc, "b", [404])
+    st = prompt.state()
+    assert st.complete and st.ids == head + [400, 401, 402, 403, 404] + p.tail
+
+
+async def test_blocking_shortest_first_is_by_length_then_template(tok):
+    apc = AnswerCache(["a", "b", "c"])
+    for agent, ids in (("a", [300, 301]), ("b", [400]), ("c", [500])):
+        _finish(apc, agent, ids)
+    prompt = make_prompt(tok, apc, slot_order="shortest_first")
+    assert prompt.state().complete and prompt.order == ["b", "c", "a"]
 
 
 async def test_forced_order_reproduces_a_prompt(tok):
