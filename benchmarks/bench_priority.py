@@ -32,26 +32,21 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
-import time
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.bench_meta import BenchRun, cpu_device, provenance
-from benchmarks.bench_overlap import log
 from benchmarks.shell_routers import routers_over_one_deployment
-from experiments.datasets import Question, load_questions
+from benchmarks.variant_blocks import Variant, latency_stats, paired, run_variants, throughput
+from experiments.datasets import load_questions
 from experiments.paired_stats import median_ci
-from experiments.prompts import build_question_prompt
-from experiments.router_client import RouterClient
-from experiments.run import flush_worker_caches
 
-VARIANTS = {  # name: cluster overrides (both send the priority field)
-    "fcfs": {"priority_scheduling": True, "workflow_priority": False},
-    "workflow": {"priority_scheduling": True, "workflow_priority": True},
+VARIANTS = {  # both send the priority field
+    "fcfs": Variant(overrides={"priority_scheduling": True, "workflow_priority": False}),
+    "workflow": Variant(overrides={"priority_scheduling": True, "workflow_priority": True}),
 }
 
 
@@ -64,71 +59,22 @@ def arrival_times(count: int, rate: float | None, seed: int) -> list[float]:
     return [0.0, *np.cumsum(gaps[1:]).tolist()]
 
 
-async def run_block(
-    url: str,
-    cfg_name: str,
-    questions: list[Question],
-    n: int,
-    arrivals: list[float],
-    mode: str = "pipelined",
-) -> list[dict]:
-    """The block's questions in router `mode`, each arriving at its time in `arrivals` (seconds
-    from the block's start), `n` in flight at most; one row per question (`position`: its
-    place in the block, by which it started)."""
-    sem = asyncio.Semaphore(n)
-    async with RouterClient(url) as client:
-        t0 = time.perf_counter()
-
-        async def one(position: int, q: Question, at: float) -> dict:
-            await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
-            async with sem:
-                start = time.perf_counter()
-                await client.run_graph(build_question_prompt(q), q.id, cfg_name, mode, False)
-                end = time.perf_counter()
-            return {
-                "id": q.id,
-                "position": position,
-                "start_s": start - t0,
-                "arrival_s": at,
-                "in_flight_s": end - start,
-                "from_arrival_s": end - (t0 + at),
-            }
-
-        rows = await asyncio.gather(
-            *(one(i, q, at) for i, (q, at) in enumerate(zip(questions, arrivals)))
-        )
-        wall = time.perf_counter() - t0
-    return [{**r, "block_wall_s": wall} for r in rows]
-
-
 async def run(cluster: dict, urls: dict[str, str], cfg_name: str, questions, args, out: Path):
-    rows = []
-    with (out / "priority.jsonl").open("w") as f:
-        for n in args.concurrency:
-            blocks = [questions[i : i + args.block] for i in range(0, len(questions), args.block)]
-            for b, qs in enumerate(blocks):
-                order = list(VARIANTS) if b % 2 == 0 else list(VARIANTS)[::-1]
-                for variant in order:
-                    async with RouterClient(urls[variant]) as client:
-                        await flush_worker_caches(client, cluster)
-                    arrivals = arrival_times(len(qs), args.request_rate, seed=b)
-                    block_rows = await run_block(urls[variant], cfg_name, qs, n, arrivals)
-                    for r in block_rows:
-                        r.update(
-                            concurrency=n, block=b, variant=variant, request_rate=args.request_rate
-                        )
-                        rows.append(r)
-                        f.write(json.dumps(r) + "\n")
-                    f.flush()
-                    log(f"c{n} block {b} {variant:8s}: {len(qs)} questions in "
-                        f"{block_rows[0]['block_wall_s']:.1f}s")  # fmt: skip
-    return rows
+    def arrivals(block: int, count: int) -> list[float]:
+        return arrival_times(count, args.request_rate, seed=block)
 
-
-def latency_stats(rows: list[dict], key: str) -> str:
-    """Mean / median / p90 of `key` over `rows`, in seconds."""
-    xs = [r[key] for r in rows]
-    return f"{statistics.mean(xs):.1f} / {statistics.median(xs):.1f} / {np.percentile(xs, 90):.1f}"
+    return await run_variants(
+        cluster,
+        urls,
+        VARIANTS,
+        cfg_name,
+        questions,
+        args.concurrency,
+        args.block,
+        out / "priority.jsonl",
+        arrivals,
+        tags={"request_rate": args.request_rate},
+    )
 
 
 def report(rows: list[dict], meta: dict) -> str:
@@ -148,18 +94,12 @@ def report(rows: list[dict], meta: dict) -> str:
         at_n = [r for r in rows if r["concurrency"] == n]
         for variant in VARIANTS:
             mine = [r for r in at_n if r["variant"] == variant]
-            walls = {r["block"]: r["block_wall_s"] for r in mine}
-            tput = len(mine) / sum(walls.values())
+            tput = throughput(mine)
             lines.append(
                 f"| {n} | {variant} | {len(mine)} | {tput:.4f} | {latency_stats(mine, 'in_flight_s')} "
                 f"| {latency_stats(mine, 'from_arrival_s')} |"
             )
-        by = {(r["variant"], r["block"], r["id"]): r for r in at_n}
-        pairs = [
-            (by[("workflow", b, i)], r)
-            for (v, b, i), r in by.items()
-            if v == "fcfs" and ("workflow", b, i) in by
-        ]
+        pairs = paired(at_n, "workflow", "fcfs")
         for key in ("in_flight_s", "from_arrival_s"):
             ratios = [w[key] / f[key] for w, f in pairs]
             med, lo, hi = median_ci(ratios)
@@ -222,7 +162,8 @@ def main() -> None:
     # By default started as `moa-pd run --concurrency N` starts its deployment: decode workers
     # with the running requests N questions need (the largest N of the run).
     deployed_for = args.deploy_concurrency or max(args.concurrency)
-    with routers_over_one_deployment(args.config, out, VARIANTS, deployed_for) as r:
+    overrides = {name: v.overrides for name, v in VARIANTS.items()}
+    with routers_over_one_deployment(args.config, out, overrides, deployed_for) as r:
         rows = asyncio.run(run(r.cluster, r.urls, r.config_name, questions, args, out))
     meta = bench.meta(
         config=args.config,

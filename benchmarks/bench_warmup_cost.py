@@ -23,76 +23,44 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import statistics
 from pathlib import Path
 
-import aiohttp
-from prometheus_client.parser import text_string_to_metric_families
-
 from benchmarks.bench_meta import BenchRun, cpu_device, provenance
-from benchmarks.bench_overlap import log
-from benchmarks.bench_priority import latency_stats, run_block
 from benchmarks.shell_routers import routers_over_one_deployment
+from benchmarks.variant_blocks import (
+    Variant,
+    latency_stats,
+    ratio_lines,
+    router_metrics,
+    run_variants,
+    throughput,
+    warmup_fields,
+)
 from experiments.datasets import load_questions
-from experiments.paired_stats import median_ci
-from experiments.router_client import RouterClient
-from experiments.run import flush_worker_caches
 
-VARIANTS = {  # name: (router mode, cluster overrides)
-    "#2": ("blocking", {}),
-    "#3-slots": ("pipelined", {"warmup_weigh_slowdown": False}),
-    "#3-weighed": ("pipelined", {"warmup_weigh_slowdown": True}),
+VARIANTS = {
+    "#2": Variant("blocking"),
+    "#3-slots": Variant("pipelined", {"warmup_weigh_slowdown": False}),
+    "#3-weighed": Variant("pipelined", {"warmup_weigh_slowdown": True}),
 }
 REFERENCE = "#2"
 
 
-async def router_metrics(url: str) -> dict[str, float]:
-    """The shell router's warm-ups sent (all models) and each device's measured slowdown."""
-    async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as resp:
-        text = await resp.text()
-    out: dict[str, float] = {"warmups": 0.0}
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "moa_warmups_total":
-                out["warmups"] += sample.value
-            elif sample.name == "moa_device_warmup_decode_slowdown":
-                out[f"slowdown.{sample.labels['device']}"] = sample.value
-    return out
-
-
 async def run(cluster: dict, urls: dict[str, str], cfg_name: str, questions, args, out: Path):
-    rows = []
-    with (out / "warmup_cost.jsonl").open("w") as f:
-        for n in args.concurrency:
-            blocks = [questions[i : i + args.block] for i in range(0, len(questions), args.block)]
-            for b, qs in enumerate(blocks):
-                names = list(VARIANTS)
-                order = names[b % len(names) :] + names[: b % len(names)]
-                for variant in order:
-                    url = urls[variant]
-                    async with RouterClient(url) as client:
-                        await flush_worker_caches(client, cluster)
-                    before = await router_metrics(url)
-                    block_rows = await run_block(
-                        url, cfg_name, qs, n, [0.0] * len(qs), VARIANTS[variant][0]
-                    )
-                    after = await router_metrics(url)
-                    warmups = (after["warmups"] - before["warmups"]) / len(qs)
-                    slowdowns = {k: v for k, v in after.items() if k.startswith("slowdown.")}
-                    for r in block_rows:
-                        r.update(concurrency=n, block=b, variant=variant, warmups_per_q=warmups)
-                        r.update(slowdowns)
-                        rows.append(r)
-                        f.write(json.dumps(r) + "\n")
-                    f.flush()
-                    log(
-                        f"c{n} block {b} {variant:10s}: {len(qs)} questions in "
-                        f"{block_rows[0]['block_wall_s']:.1f}s, {warmups:.1f} warm-ups/q, "
-                        + ", ".join(f"{k} {v:.3f}" for k, v in slowdowns.items())
-                    )
-    return rows
+    return await run_variants(
+        cluster,
+        urls,
+        VARIANTS,
+        cfg_name,
+        questions,
+        args.concurrency,
+        args.block,
+        out / "warmup_cost.jsonl",
+        measure=router_metrics,
+        fields=warmup_fields,
+    )
 
 
 def report(rows: list[dict], meta: dict) -> str:
@@ -107,14 +75,13 @@ def report(rows: list[dict], meta: dict) -> str:
         ),
         "|---|---|---|---|---|---|---|",
     ]
-    ratio_lines = []
+    ratios = []
     for n in sorted({r["concurrency"] for r in rows}):
         at_n = [r for r in rows if r["concurrency"] == n]
         for variant in VARIANTS:
             mine = [r for r in at_n if r["variant"] == variant]
             if not mine:
                 continue
-            walls = {r["block"]: r["block_wall_s"] for r in mine}
             warm = statistics.mean(r["warmups_per_q"] for r in mine)
             slow = ", ".join(
                 f"{k.removeprefix('slowdown.')} {v:.3f}"
@@ -122,35 +89,17 @@ def report(rows: list[dict], meta: dict) -> str:
                 if k.startswith("slowdown.")
             )
             lines.append(
-                f"| {n} | {variant} | {len(mine)} | {len(mine) / sum(walls.values()):.4f} "
+                f"| {n} | {variant} | {len(mine)} | {throughput(mine):.4f} "
                 f"| {latency_stats(mine, 'in_flight_s')} | {warm:.1f} | {slow or '-'} |"
             )
-        by = {(r["variant"], r["block"], r["id"]): r for r in at_n}
         for variant in VARIANTS:
-            if variant == REFERENCE:
-                continue
-            pairs = [
-                (r, by[(REFERENCE, b, i)])
-                for (v, b, i), r in by.items()
-                if v == variant and (REFERENCE, b, i) in by
-            ]
-            subsets = {"all": pairs}
-            if n > 1:
-                subsets["started last"] = [(r, ref) for r, ref in pairs if r["position"] >= n]
-            for subset, chosen in subsets.items():
-                if not chosen:
-                    continue
-                ratios = [r["in_flight_s"] / ref["in_flight_s"] for r, ref in chosen]
-                med, lo, hi = median_ci(ratios)
-                ratio_lines.append(
-                    f"| {n} | {variant} | {subset} | {len(ratios)} | {med:.3f} [{lo:.3f}, "
-                    f"{hi:.3f}] | {min(ratios):.3f} | {max(ratios):.3f} |"
-                )
+            if variant != REFERENCE:
+                ratios += ratio_lines(at_n, n, variant, REFERENCE)
     lines += [
         "",
         f"| N | variant | questions | n | ÷ {REFERENCE} per question, median [95% CI] | best | worst |",
         "|---|---|---|---|---|---|---|",
-        *ratio_lines,
+        *ratios,
     ]
     return "\n".join(lines) + "\n"
 
@@ -177,7 +126,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     questions = load_questions(args.dataset, args.offset + args.num_samples)[args.offset :]
     bench = BenchRun("benchmarks.bench_warmup_cost")
-    overrides = {name: o for name, (_, o) in VARIANTS.items()}
+    overrides = {name: v.overrides for name, v in VARIANTS.items()}
     with routers_over_one_deployment(args.config, out, overrides, max(args.concurrency)) as r:
         rows = asyncio.run(run(r.cluster, r.urls, r.config_name, questions, args, out))
     meta = bench.meta(

@@ -30,6 +30,8 @@ NO_CLI = {
     "bring up",
     "benchmarks.ttft_summary": "bench_ttft's summary.json and ttft.md",
     "benchmarks.shell_routers": "the shell routers bench_gate_ladder and bench_priority start",
+    "benchmarks.variant_blocks": "the blocks-of-variants loop bench_priority, bench_warmup_cost "
+    "and bench_start_order share",
 }
 
 

@@ -1,0 +1,228 @@
+"""The loop the router-behaviour benchmarks share (bench_priority, bench_warmup_cost,
+bench_start_order): questions in blocks, each block through every variant's shell router in turn
+(the order rotating per block, so no variant always runs first or last), on cold caches, N in
+flight; one row per question and variant, appended to a JSONL file as each block ends, so a run
+stopped midway keeps what it measured."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+import numpy as np
+from prometheus_client.parser import text_string_to_metric_families
+
+from benchmarks.bench_overlap import log
+from experiments.critical_path import breakdown
+from experiments.datasets import Question
+from experiments.paired_stats import median_ci
+from experiments.prompts import build_question_prompt
+from experiments.results import ResultRow
+from experiments.router_client import RouterClient
+from experiments.run import flush_worker_caches
+
+
+@dataclass(frozen=True)
+class Variant:
+    """A shell router's behaviour: the mode its questions run in, its cluster-file overrides
+    (benchmarks/shell_routers.py starts one router per variant) and the top-level keys its
+    copy of the topology config changes (none: the benchmark's config as it is)."""
+
+    mode: str = "pipelined"
+    overrides: dict = field(default_factory=dict)
+    config_edits: dict = field(default_factory=dict)
+
+
+# Before and after each block, a variant's router is read (its /metrics, say): `measure(url)`;
+# `fields(before, after, questions)` turns the two readings into the block's row fields.
+Measure = Callable[[str], Awaitable[dict]]
+Fields = Callable[[dict, dict, int], dict]
+
+
+async def run_block(
+    url: str,
+    cfg_name: str,
+    questions: list[Question],
+    n: int,
+    arrivals: list[float],
+    mode: str = "pipelined",
+) -> list[dict]:
+    """The block's questions in router `mode`, each arriving at its time in `arrivals` (seconds
+    from the block's start), `n` in flight at most; one row per question (`position`: its
+    place in the block, by which it started; `critical_path`: the seconds of each part of its
+    critical path, experiments/critical_path.py; `warmups`: the warm-ups its successors sent)."""
+    sem = asyncio.Semaphore(n)
+    async with RouterClient(url) as client:
+        t0 = time.perf_counter()
+
+        async def one(position: int, q: Question, at: float) -> dict:
+            await asyncio.sleep(max(0.0, t0 + at - time.perf_counter()))
+            async with sem:
+                start = time.perf_counter()
+                result = await client.run_graph(
+                    build_question_prompt(q), q.id, cfg_name, mode, False
+                )
+                end = time.perf_counter()
+            trace = result["trace"]
+            return {
+                "id": q.id,
+                "position": position,
+                "start_s": start - t0,
+                "arrival_s": at,
+                "in_flight_s": end - start,
+                "from_arrival_s": end - (t0 + at),
+                "critical_path": critical_path_parts(trace, end - start),
+                "warmups": sum(a.get("warmups", 0) for a in trace.values()),
+            }
+
+        rows = await asyncio.gather(
+            *(one(i, q, at) for i, (q, at) in enumerate(zip(questions, arrivals)))
+        )
+        wall = time.perf_counter() - t0
+    return [{**r, "block_wall_s": wall} for r in rows]
+
+
+def critical_path_parts(trace: dict[str, dict], e2e_s: float) -> dict[str, float] | None:
+    """Seconds of each part of the critical path of a question the router answered with
+    `trace` (its agents' records) in `e2e_s`."""
+    row = ResultRow.model_validate(  # the breakdown reads the trace alone: any MoA setting
+        {"sample_id": "-", "dataset": "-", "setting": 3, "e2e_s": e2e_s, "agents": trace}
+    )
+    return breakdown(row)
+
+
+def latency_stats(rows: list[dict], key: str) -> str:
+    """Mean / median / p90 of `key` over `rows`, in seconds."""
+    xs = [r[key] for r in rows]
+    return f"{statistics.mean(xs):.1f} / {statistics.median(xs):.1f} / {np.percentile(xs, 90):.1f}"
+
+
+async def router_metrics(url: str) -> dict[str, float]:
+    """The shell router's warm-ups sent (all models) and each device's measured slowdown."""
+    async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as resp:
+        text = await resp.text()
+    out: dict[str, float] = {"warmups": 0.0}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "moa_warmups_total":
+                out["warmups"] += sample.value
+            elif sample.name == "moa_device_warmup_decode_slowdown":
+                out[f"slowdown.{sample.labels['device']}"] = sample.value
+    return out
+
+
+def warmup_fields(before: dict, after: dict, questions: int) -> dict:
+    """A block's warm-ups per question and the slowdown each device measured at its end."""
+    warmups = (after["warmups"] - before["warmups"]) / questions
+    return {
+        "warmups_per_q": warmups,
+        **{k: v for k, v in after.items() if k.startswith("slowdown.")},
+    }
+
+
+def rotated(names: Sequence[str], block: int) -> list[str]:
+    """The variants' order in `block`: each block starts one later than the one before."""
+    k = block % len(names)
+    return [*names[k:], *names[:k]]
+
+
+async def run_variants(
+    cluster: dict,
+    urls: dict[str, str],
+    variants: dict[str, Variant],
+    cfg_name: str | dict[str, str],
+    questions: list[Question],
+    concurrency: Sequence[int],
+    block: int,
+    out_file: Path,
+    arrivals: Callable[[int, int], list[float]] = lambda b, count: [0.0] * count,
+    measure: Measure | None = None,
+    fields: Fields | None = None,
+    tags: dict | None = None,
+) -> list[dict]:
+    """Every block of `block` questions through every variant at each concurrency; the rows
+    (`run_block`'s, with concurrency, block, variant and `tags` added). `cfg_name`: the served
+    topology the questions name, or one per variant (shell_routers.Routers.config_names).
+    `arrivals(block, count)`: seconds from the block's start at which its questions arrive."""
+    rows: list[dict] = []
+    with out_file.open("w") as f:
+        for n in concurrency:
+            blocks = [questions[i : i + block] for i in range(0, len(questions), block)]
+            for b, qs in enumerate(blocks):
+                for name in rotated(list(variants), b):
+                    url = urls[name]
+                    async with RouterClient(url) as client:
+                        await flush_worker_caches(client, cluster)
+                    before = await measure(url) if measure else {}
+                    block_rows = await run_block(
+                        url,
+                        cfg_name if isinstance(cfg_name, str) else cfg_name[name],
+                        qs,
+                        n,
+                        arrivals(b, len(qs)),
+                        variants[name].mode,
+                    )
+                    extra = (
+                        fields(before, await measure(url), len(qs)) if measure and fields else {}
+                    )
+                    for r in block_rows:
+                        r.update(concurrency=n, block=b, variant=name, **(tags or {}), **extra)
+                        rows.append(r)
+                        f.write(json.dumps(r) + "\n")
+                    f.flush()
+                    said = ", ".join(
+                        f"{k} {v:.3f}" if isinstance(v, float) else f"{k} {v}"
+                        for k, v in extra.items()
+                    )
+                    log(
+                        f"c{n} block {b} {name:12s}: {len(qs)} questions in "
+                        f"{block_rows[0]['block_wall_s']:.1f}s" + (f", {said}" if said else "")
+                    )
+    return rows
+
+
+def paired(rows: list[dict], variant: str, reference: str) -> list[tuple[dict, dict]]:
+    """(variant's row, reference's row) for each question both ran in the same block."""
+    by = {(r["variant"], r["block"], r["id"]): r for r in rows}
+    return [
+        (r, by[(reference, b, i)])
+        for (v, b, i), r in by.items()
+        if v == variant and (reference, b, i) in by
+    ]
+
+
+def throughput(rows: list[dict]) -> float:
+    """Questions per second of block wall time, over the blocks `rows` ran in."""
+    walls = {r["block"]: r["block_wall_s"] for r in rows}
+    return len(rows) / sum(walls.values())
+
+
+def ratio_lines(
+    rows: list[dict], n: int, variant: str, reference: str, label: str | None = None
+) -> list[str]:
+    """Table rows `| N | label | questions | n | median [95% CI] | best | worst |` (`label`: the
+    variant's name by default) of the variant's in-flight latency ÷ the reference's, per
+    question: over all questions, and at
+    N > 1 over those that started last in their block (position ≥ N: they start as the first
+    ones end, the ones that lost under load before)."""
+    pairs = paired(rows, variant, reference)
+    subsets = {"all": pairs}
+    if n > 1:
+        subsets["started last"] = [(r, ref) for r, ref in pairs if r["position"] >= n]
+    out = []
+    for subset, chosen in subsets.items():
+        if not chosen:
+            continue
+        ratios = [r["in_flight_s"] / ref["in_flight_s"] for r, ref in chosen]
+        med, lo, hi = median_ci(ratios)
+        out.append(
+            f"| {n} | {label or variant} | {subset} | {len(ratios)} | {med:.3f} [{lo:.3f}, {hi:.3f}] "
+            f"| {min(ratios):.3f} | {max(ratios):.3f} |"
+        )
+    return out
