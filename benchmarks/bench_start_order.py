@@ -3,9 +3,10 @@
 in blocking (#2) and pipelined (#3) mode, on whole questions. One worker deployment as
 `moa-pd run` starts it, a shell router per variant over it (benchmarks/shell_routers.py):
 
-- `#2-config`, `#3-config`: the agents start in the config's order (the router before);
+- `#2-config`, `#3-config`: the agents start in the config's order (the router's default);
 - `#2-critical`, `#3-critical`: the agent with the longest remaining path starts first, so the
-  first layer's prompts reach the prefill worker in that order (the default now);
+  first layer's prompts reach the prefill worker in that order (`start_order:
+  critical_path`; the default is `config`);
 - `#2-shortest`, `#3-shortest` (with `--variants`): as `critical`, on a copy of the config whose
   slots fill shortest answer first (`slot_order: shortest_first`), the same prompt in both
   modes with no order handed over.
@@ -43,15 +44,16 @@ from benchmarks.variant_blocks import (
 from experiments.critical_path import PARTS
 from experiments.datasets import load_questions
 
+CRITICAL = {"start_order": "critical_path"}
 VARIANTS = {
     "#2-config": Variant("blocking", {"start_order": "config"}),
     "#3-config": Variant("pipelined", {"start_order": "config"}),
-    "#2-critical": Variant("blocking", {"start_order": "critical_path"}),
-    "#3-critical": Variant("pipelined", {"start_order": "critical_path"}),
-    # The default start order with the slots filled shortest answer first
+    "#2-critical": Variant("blocking", CRITICAL),
+    "#3-critical": Variant("pipelined", CRITICAL),
+    # The critical-path start order with the slots filled shortest answer first
     # (router/successor_prompt.py), the config's own order otherwise.
-    "#2-shortest": Variant("blocking", {}, {"slot_order": "shortest_first"}),
-    "#3-shortest": Variant("pipelined", {}, {"slot_order": "shortest_first"}),
+    "#2-shortest": Variant("blocking", CRITICAL, {"slot_order": "shortest_first"}),
+    "#3-shortest": Variant("pipelined", CRITICAL, {"slot_order": "shortest_first"}),
 }
 DEFAULT_VARIANTS = ("#2-config", "#3-config", "#2-critical", "#3-critical")
 # (variant, its reference) for the per-question ratios.

@@ -144,10 +144,11 @@ class ClusterSpec(_Tolerant):
     # priority, the requests of the question that arrived first go first (router/priority.py).
     workflow_priority: bool = False
     # The order a question's agents start in, which is the order their prefill workers queue
-    # the first layer's prompts: "critical_path", the longest remaining decode path first;
-    # "config", the config's order (before issue 28; benchmarks compare the two). Early exit
-    # and aggregator bypass keep the config's order (router/priority.py).
-    start_order: Literal["critical_path", "config"] = "critical_path"
+    # the first layer's prompts: "config", the config's order; "critical_path", the longest
+    # remaining decode path first (router/priority.py). Not the default: on a CPU it moved
+    # pipelined end to end by 0.96x at concurrency 1 and 1.08x at 4 (docs/benchmarks.md, stop
+    # 44). Early exit and aggregator bypass keep the config's order either way.
+    start_order: Literal["critical_path", "config"] = "config"
     # The router's own isolation of warm-ups (router/prefill_gate.py); off only to measure what
     # it buys (benchmarks/bench_gate_ladder.py).
     warmup_gate: bool = True

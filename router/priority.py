@@ -44,7 +44,7 @@ class RequestOrder:
     `critical_path_first`: a question's agents start by `start_order`'s rule."""
 
     workflow: bool = False
-    critical_path_first: bool = True
+    critical_path_first: bool = False
     _questions: itertools.count = field(default_factory=itertools.count, compare=False)
 
     def next_question(self) -> int:

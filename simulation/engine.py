@@ -64,13 +64,14 @@ class Simulation:
         priority_scheduling: bool = False,
         router_costs: RouterCosts | None = None,
         workflow_priority: bool = False,
-        critical_path_first: bool = True,
+        critical_path_first: bool = False,
     ) -> None:
         """`workflow_priority`: requests ranked by their question's start, the oldest first, at
         the decode workers' admission, the prefill workers' queues (with
         `priority_scheduling`) and the warm-up gates, as router/priority.py does; else FCFS.
         `critical_path_first`: a question whose work has no recorded start order starts its
-        agents by the router's rule (router/priority.start_order), else in the config's order."""
+        agents longest remaining path first (router/priority.start_order), else in the config's
+        order (the router's default)."""
         self.env = simpy.Environment()
         self.configs = {c.name: c for c in configs}
         self.profile, self.deployment, self.exit_rate = profile, deployment, exit_rate

@@ -79,12 +79,13 @@ def simulate_setting(
     exit_rate: float | None = None,
     question_tokens: int = DEFAULT_QUESTION_TOKENS,
     workflow_priority: bool = False,
-    critical_path_first: bool = True,
+    critical_path_first: bool = False,
 ) -> Outcome:
     """`workflow_priority`: the deployment's workers schedule by priority and the router ranks
     requests by question (router/priority.py); else FCFS, the router's default.
-    `critical_path_first`: questions without a recorded start order start their agents by the
-    router's default rule (router/priority.start_order), else in the config's order."""
+    `critical_path_first`: questions without a recorded start order start their agents longest
+    remaining path first (router/priority.start_order), else in the config's order (the
+    router's default)."""
     s = SETTINGS[setting]
     cfg = config_for_setting(configs, s)
     asked = workloads(cfg, s, questions, rows, question_tokens)

@@ -89,7 +89,8 @@ async def test_blocking_and_pipelined_start_alike(smollm_tokenizer_path):  # noq
     try:
         cfg = load_config("tree_3_1_cpu")
         orders = []
-        async with RouterContext.open(cluster.spec) as ctx:
+        spec = cluster.spec.model_copy(update={"start_order": "critical_path"})
+        async with RouterContext.open(spec) as ctx:
             for mode in ("blocking", "pipelined"):
                 cluster.prefills[0].requests.clear()
                 await Session(ctx, cfg, "What is 2+3?", mode).run_all()
