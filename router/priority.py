@@ -19,6 +19,8 @@ remaining path (router/topology.remaining_path: its decode budget plus its succe
 first, so the leaf the question waits for longest is not prefilled last; the config's order
 otherwise, and always where early exit or aggregator bypass decide at each completion, since
 there the first completions (the paper's fastest-first order) are what shortens the question.
+Off by default (`cluster.json` start_order): on a CPU it helped pipelined at concurrency 1 and
+lost at 4 (docs/benchmarks.md, stop 44).
 The simulator starts a question's agents with the same function (simulation/question.py).
 """
 
