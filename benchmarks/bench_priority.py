@@ -30,7 +30,6 @@ are where an order can shorten the tail too.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -40,7 +39,15 @@ import numpy as np
 
 from benchmarks.bench_meta import BenchRun, cpu_device, provenance
 from benchmarks.shell_routers import routers_over_one_deployment
-from benchmarks.variant_blocks import Variant, latency_stats, paired, run_variants, throughput
+from benchmarks.variant_blocks import (
+    Variant,
+    block_arguments,
+    check_block_arguments,
+    latency_stats,
+    paired,
+    run_variants,
+    throughput,
+)
 from experiments.datasets import load_questions
 from experiments.paired_stats import median_ci
 
@@ -120,18 +127,7 @@ def report(rows: list[dict], meta: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="tree_9_3_1_cpu")
-    ap.add_argument("--dataset", default="gsm8k")
-    ap.add_argument("--num-samples", type=int, default=16, help="questions per concurrency")
-    ap.add_argument("--offset", type=int, default=0, help="skip the dataset's first N questions")
-    ap.add_argument(
-        "--concurrency",
-        type=lambda s: [int(x) for x in s.split(",")],
-        default=[4, 8],
-        help="questions in flight, comma-separated (default 4,8)",
-    )
-    ap.add_argument("--block", type=int, default=8, help="questions per block")
+    ap = block_arguments(__doc__.splitlines()[0], [4, 8], 8, "runs/bench_priority")
     ap.add_argument(
         "--request-rate",
         type=float,
@@ -146,10 +142,8 @@ def main() -> None:
         help="start the workers for this many questions in flight (`moa-pd up --concurrency`: "
         "the decode workers' running requests); default: the largest --concurrency",
     )
-    ap.add_argument("--out", default="runs/bench_priority")
     args = ap.parse_args()
-    if args.num_samples < 1 or args.block < 1 or min(args.concurrency) < 1:
-        ap.error("--num-samples, --block and every --concurrency must be at least 1")
+    check_block_arguments(ap, args)
     if args.deploy_concurrency is not None and args.deploy_concurrency < 1:
         ap.error(f"--deploy-concurrency must be at least 1, got {args.deploy_concurrency}")
     if args.request_rate is not None and args.request_rate <= 0:

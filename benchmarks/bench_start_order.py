@@ -24,7 +24,6 @@ OUT/start_order.jsonl and OUT/bench_start_order.md.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -34,6 +33,8 @@ from benchmarks.bench_meta import BenchRun, cpu_device, provenance
 from benchmarks.shell_routers import routers_over_one_deployment
 from benchmarks.variant_blocks import (
     Variant,
+    block_arguments,
+    check_block_arguments,
     latency_stats,
     ratio_lines,
     router_metrics,
@@ -131,18 +132,7 @@ def report(rows: list[dict], meta: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="tree_9_3_1_cpu")
-    ap.add_argument("--dataset", default="gsm8k")
-    ap.add_argument("--num-samples", type=int, default=16, help="questions per concurrency")
-    ap.add_argument("--offset", type=int, default=0, help="skip the dataset's first N questions")
-    ap.add_argument(
-        "--concurrency",
-        type=lambda s: [int(x) for x in s.split(",")],
-        default=[1],
-        help="questions in flight, comma-separated (default 1)",
-    )
-    ap.add_argument("--block", type=int, default=1, help="questions per block")
+    ap = block_arguments(__doc__.splitlines()[0], [1], 1, "runs/bench_start_order")
     ap.add_argument(
         "--variants",
         type=lambda s: s.split(","),
@@ -150,10 +140,8 @@ def main() -> None:
         help=f"which, comma-separated (default {','.join(DEFAULT_VARIANTS)}; also "
         f"{','.join(v for v in VARIANTS if v not in DEFAULT_VARIANTS)})",
     )
-    ap.add_argument("--out", default="runs/bench_start_order")
     args = ap.parse_args()
-    if args.num_samples < 1 or args.block < 1 or min(args.concurrency) < 1:
-        ap.error("--num-samples, --block and every --concurrency must be at least 1")
+    check_block_arguments(ap, args)
     if unknown := sorted(set(args.variants) - set(VARIANTS)):
         ap.error(f"--variants: unknown {', '.join(unknown)}; pick from {', '.join(VARIANTS)}")
     variants = {name: VARIANTS[name] for name in VARIANTS if name in args.variants}

@@ -21,7 +21,6 @@ before). Writes OUT/warmup_cost.jsonl and OUT/bench_warmup_cost.md.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import statistics
@@ -31,6 +30,8 @@ from benchmarks.bench_meta import BenchRun, cpu_device, provenance
 from benchmarks.shell_routers import routers_over_one_deployment
 from benchmarks.variant_blocks import (
     Variant,
+    block_arguments,
+    check_block_arguments,
     latency_stats,
     ratio_lines,
     router_metrics,
@@ -105,22 +106,9 @@ def report(rows: list[dict], meta: dict) -> str:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--config", default="tree_9_3_1_cpu")
-    ap.add_argument("--dataset", default="gsm8k")
-    ap.add_argument("--num-samples", type=int, default=16, help="questions per concurrency")
-    ap.add_argument("--offset", type=int, default=0, help="skip the dataset's first N questions")
-    ap.add_argument(
-        "--concurrency",
-        type=lambda s: [int(x) for x in s.split(",")],
-        default=[4],
-        help="questions in flight, comma-separated (default 4)",
-    )
-    ap.add_argument("--block", type=int, default=8, help="questions per block")
-    ap.add_argument("--out", default="runs/bench_warmup_cost")
+    ap = block_arguments(__doc__.splitlines()[0], [4], 8, "runs/bench_warmup_cost")
     args = ap.parse_args()
-    if args.num_samples < 1 or args.block < 1 or min(args.concurrency) < 1:
-        ap.error("--num-samples, --block and every --concurrency must be at least 1")
+    check_block_arguments(ap, args)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

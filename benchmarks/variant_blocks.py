@@ -6,6 +6,7 @@ stopped midway keeps what it measured."""
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import json
 import statistics
@@ -226,3 +227,29 @@ def ratio_lines(
             f"| {min(ratios):.3f} | {max(ratios):.3f} |"
         )
     return out
+
+
+def block_arguments(description: str, concurrency: list[int], block: int, out: str):
+    """The command line these benchmarks share: --config, --dataset, --num-samples, --offset,
+    --concurrency (comma-separated), --block, --out, with the given defaults; each adds its
+    own, then calls `check_block_arguments`."""
+    ap = argparse.ArgumentParser(description=description)
+    ap.add_argument("--config", default="tree_9_3_1_cpu")
+    ap.add_argument("--dataset", default="gsm8k")
+    ap.add_argument("--num-samples", type=int, default=16, help="questions per concurrency")
+    ap.add_argument("--offset", type=int, default=0, help="skip the dataset's first N questions")
+    shown = ",".join(map(str, concurrency))
+    ap.add_argument(
+        "--concurrency",
+        type=lambda s: [int(x) for x in s.split(",")],
+        default=concurrency,
+        help=f"questions in flight, comma-separated (default {shown})",
+    )
+    ap.add_argument("--block", type=int, default=block, help="questions per block")
+    ap.add_argument("--out", default=out)
+    return ap
+
+
+def check_block_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    if args.num_samples < 1 or args.block < 1 or min(args.concurrency) < 1:
+        ap.error("--num-samples, --block and every --concurrency must be at least 1")
