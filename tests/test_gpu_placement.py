@@ -16,9 +16,10 @@ from planning.gpus import assumed_gpus, parse_nvidia_smi, select_gpus
 from planning.model_memory import model_memory
 from planning.pack import HEADROOM_MIB, PlanError, place
 from planning.pool_need import max_weight_antichain, pool_needs
-from planning.prompt_length import max_new_tokens, prompt_tokens
+from planning.prompt_length import prompt_tokens
 from planning.types import MIB, WorkerDemand
 from router.config_loader import load_config
+from router.topology import decode_budget
 
 ROOT = Path(__file__).resolve().parent.parent
 # Qwen3 dense shapes, as in their HF config.json files.
@@ -153,8 +154,8 @@ def test_pool_need_of_a_tree():
     final = cfg.final
     leaves = [a for a in prompts if a != final]
     # The aggregator's prompt holds every leaf's output and the question.
-    assert prompts[final] > sum(max_new_tokens(cfg, a) for a in leaves) + q
-    full = {a: prompts[a] + max_new_tokens(cfg, a) for a in prompts}
+    assert prompts[final] > sum(decode_budget(cfg, a) for a in leaves) + q
+    full = {a: prompts[a] + decode_budget(cfg, a) for a in prompts}
     # The leaves run together, the aggregator after them: decode needs the heavier of the two.
     decode = max(sum(full[a] for a in leaves), full[final])
     needs = pool_needs([cfg], 1, q)

@@ -10,12 +10,12 @@ from planning.prompt_length import (
     CHAT_MARKUP_TOKENS,
     DEFAULT_QUESTION_TOKENS,
     estimate_tokens,
-    max_new_tokens,
     prompt_tokens,
     static_pieces,
 )
 from router.config import TopologyConfig
 from router.config_loader import load_config
+from router.topology import decode_budget
 from sglang_ext.hf_tokenizer import load_tokenizer
 from simulation.workload import from_config
 
@@ -27,7 +27,7 @@ def test_the_planner_and_the_simulator_count_one_prompt(name):
         work = from_config(cfg, question_tokens=tokens).agents
         for a in cfg.agents:
             w = work[a.id]
-            assert w.output_tokens == max_new_tokens(cfg, a.id)
+            assert w.output_tokens == decode_budget(cfg, a.id)
             precursors = sum(work[p].output_tokens for p in w.precursors)
             assert prompt_tokens(cfg, a.id, tokens) == sum(w.pieces) + precursors
             assert len(w.pieces) == len(w.precursors) + 1
