@@ -35,11 +35,13 @@ from benchmarks.variant_blocks import (
     Variant,
     block_arguments,
     check_block_arguments,
+    chosen_variants,
     latency_stats,
     ratio_lines,
     router_metrics,
     run_variants,
     throughput,
+    variants_argument,
     warmup_fields,
 )
 from experiments.critical_path import PARTS
@@ -133,18 +135,10 @@ def report(rows: list[dict], meta: dict) -> str:
 
 def main() -> None:
     ap = block_arguments(__doc__.splitlines()[0], [1], 1, "runs/bench_start_order")
-    ap.add_argument(
-        "--variants",
-        type=lambda s: s.split(","),
-        default=list(DEFAULT_VARIANTS),
-        help=f"which, comma-separated (default {','.join(DEFAULT_VARIANTS)}; also "
-        f"{','.join(v for v in VARIANTS if v not in DEFAULT_VARIANTS)})",
-    )
+    variants_argument(ap, VARIANTS, DEFAULT_VARIANTS)
     args = ap.parse_args()
     check_block_arguments(ap, args)
-    if unknown := sorted(set(args.variants) - set(VARIANTS)):
-        ap.error(f"--variants: unknown {', '.join(unknown)}; pick from {', '.join(VARIANTS)}")
-    variants = {name: VARIANTS[name] for name in VARIANTS if name in args.variants}
+    variants = chosen_variants(ap, args, VARIANTS)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,19 +1,23 @@
 """The warm-up gate that weighs its cost (issue 28, item 2) against the one that counts slots, and
-both against blocking, on whole questions at each concurrency. One worker deployment, three shell
-routers over it (benchmarks/shell_routers.py):
+both against blocking, on whole questions at each concurrency. One worker deployment, a shell
+router per variant over it (benchmarks/shell_routers.py):
 
 - `#2`: blocking (no warm-ups), the reference;
 - `#3-slots`: pipelined, a warm-up admitted where its prefill worker fits the device's slots
-  beside the busy workers (the gate before this benchmark: `warmup_weigh_slowdown` false);
-- `#3-weighed`: pipelined, a warm-up also admitted only if it pays for the decodes it slows, as
-  the router measures them (router/compute_device.py, router/decode_slowdown.py).
+  beside the busy workers (the gate before issue 28: `warmup_weigh_slowdown` false);
+- `#3-point`: pipelined, a warm-up also admitted only if it pays for the decodes it slows, by
+  the slowdown the router measures (router/compute_device.py, router/decode_slowdown.py) as
+  its estimate (`warmup_slowdown_confidence` 0.5: the gate of stops 43-44);
+- `#3-weighed`: the same by the estimate's lower 95% bound (the default).
 
 Per concurrency N the questions run in blocks, N in flight, through each router in turn on cold
 caches (the order rotating per block). Reports per variant the throughput, the in-flight latency,
-the warm-ups per question (the router's /metrics), the slowdown each router measured; and per
-question the ratio to #2 in the same block, over all questions and over those that started last
-(position ≥ N in their block: they start as the first ones end, the ones that lost under load
-before). Writes OUT/warmup_cost.jsonl and OUT/bench_warmup_cost.md.
+the warm-ups per question in each block (the router's /metrics: a gate that flips shows here),
+the slowdown each router measured and its lower bound; and per question the ratio to #2 in the
+same block, over all questions and over those that started last (position ≥ N in their block:
+they start as the first ones end, the ones that lost under load before). The workers schedule
+by priority unless --no-priority-scheduling (then as the config starts them, as `moa-pd run`
+does). Writes OUT/warmup_cost.jsonl and OUT/bench_warmup_cost.md.
 
     OMP_NUM_THREADS=1 python -m benchmarks.bench_warmup_cost --num-samples 16 --offset 0 \\
         --concurrency 4 --out runs/bench_warmup_cost
@@ -21,9 +25,9 @@ before). Writes OUT/warmup_cost.jsonl and OUT/bench_warmup_cost.md.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import os
-import statistics
 from pathlib import Path
 
 from benchmarks.bench_meta import BenchRun, cpu_device, provenance
@@ -32,11 +36,13 @@ from benchmarks.variant_blocks import (
     Variant,
     block_arguments,
     check_block_arguments,
+    chosen_variants,
     latency_stats,
     ratio_lines,
     router_metrics,
     run_variants,
     throughput,
+    variants_argument,
     warmup_fields,
 )
 from experiments.datasets import load_questions
@@ -44,23 +50,34 @@ from experiments.datasets import load_questions
 VARIANTS = {
     "#2": Variant("blocking"),
     "#3-slots": Variant("pipelined", {"warmup_weigh_slowdown": False}),
-    "#3-weighed": Variant("pipelined", {"warmup_weigh_slowdown": True}),
+    "#3-point": Variant(
+        "pipelined", {"warmup_weigh_slowdown": True, "warmup_slowdown_confidence": 0.5}
+    ),
+    "#3-weighed": Variant(
+        "pipelined", {"warmup_weigh_slowdown": True, "warmup_slowdown_confidence": 0.95}
+    ),
 }
 REFERENCE = "#2"
 
 
-async def run(cluster: dict, urls: dict[str, str], cfg_name: str, questions, args, out: Path):
+async def run(r, variants: dict[str, Variant], questions, args, out: Path) -> list[dict]:
     return await run_variants(
-        cluster,
-        urls,
-        VARIANTS,
-        cfg_name,
+        r.cluster,
+        r.urls,
+        variants,
+        r.config_name,
         questions,
         args.concurrency,
         args.block,
         out / "warmup_cost.jsonl",
         measure=router_metrics,
         fields=warmup_fields,
+    )
+
+
+def _by_device(row: dict, prefix: str) -> str:
+    return ", ".join(
+        f"{k.removeprefix(prefix)} {v:.3f}" for k, v in row.items() if k.startswith(prefix)
     )
 
 
@@ -72,7 +89,7 @@ def report(rows: list[dict], meta: dict) -> str:
         "",
         (
             "| N | variant | questions | throughput q/s | in flight: mean / median / p90 s "
-            "| warm-ups per question | measured slowdown at the end |"
+            "| warm-ups per question, each block | measured slowdown (lower bound) at the end |"
         ),
         "|---|---|---|---|---|---|---|",
     ]
@@ -83,15 +100,13 @@ def report(rows: list[dict], meta: dict) -> str:
             mine = [r for r in at_n if r["variant"] == variant]
             if not mine:
                 continue
-            warm = statistics.mean(r["warmups_per_q"] for r in mine)
-            slow = ", ".join(
-                f"{k.removeprefix('slowdown.')} {v:.3f}"
-                for k, v in mine[-1].items()
-                if k.startswith("slowdown.")
-            )
+            blocks = {r["block"]: r["warmups_per_q"] for r in mine}
+            warm = " / ".join(f"{blocks[b]:.1f}" for b in sorted(blocks))
+            slow, low = _by_device(mine[-1], "slowdown."), _by_device(mine[-1], "slowdown_low.")
             lines.append(
                 f"| {n} | {variant} | {len(mine)} | {throughput(mine):.4f} "
-                f"| {latency_stats(mine, 'in_flight_s')} | {warm:.1f} | {slow or '-'} |"
+                f"| {latency_stats(mine, 'in_flight_s')} | {warm} "
+                f"| {slow or '-'}{f' ({low})' if low else ''} |"
             )
         for variant in VARIANTS:
             if variant != REFERENCE:
@@ -107,16 +122,28 @@ def report(rows: list[dict], meta: dict) -> str:
 
 def main() -> None:
     ap = block_arguments(__doc__.splitlines()[0], [4], 8, "runs/bench_warmup_cost")
+    variants_argument(ap, VARIANTS, list(VARIANTS))
+    ap.add_argument(
+        "--priority-scheduling",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="start the workers scheduling by priority (default); --no-priority-scheduling: "
+        "as the config starts them, as `moa-pd run` does",
+    )
     args = ap.parse_args()
     check_block_arguments(ap, args)
+    variants = chosen_variants(ap, args, VARIANTS)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     questions = load_questions(args.dataset, args.offset + args.num_samples)[args.offset :]
     bench = BenchRun("benchmarks.bench_warmup_cost")
-    overrides = {name: v.overrides for name, v in VARIANTS.items()}
-    with routers_over_one_deployment(args.config, out, overrides, max(args.concurrency)) as r:
-        rows = asyncio.run(run(r.cluster, r.urls, r.config_name, questions, args, out))
+    overrides = {name: v.overrides for name, v in variants.items()}
+    concurrency = max(args.concurrency)
+    with routers_over_one_deployment(
+        args.config, out, overrides, concurrency, args.priority_scheduling
+    ) as r:
+        rows = asyncio.run(run(r, variants, questions, args, out))
     meta = bench.meta(
         config=args.config,
         dataset=args.dataset,
@@ -124,6 +151,7 @@ def main() -> None:
         last=questions[-1].id,
         concurrency=args.concurrency,
         block=args.block,
+        priority_scheduling=args.priority_scheduling,
         device=cpu_device(False),
     )
     text = report(rows, meta)

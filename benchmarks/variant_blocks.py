@@ -115,6 +115,8 @@ async def router_metrics(url: str) -> dict[str, float]:
                 out["warmups"] += sample.value
             elif sample.name == "moa_device_warmup_decode_slowdown":
                 out[f"slowdown.{sample.labels['device']}"] = sample.value
+            elif sample.name == "moa_device_warmup_decode_slowdown_lower_bound":
+                out[f"slowdown_low.{sample.labels['device']}"] = sample.value
     return out
 
 
@@ -123,7 +125,7 @@ def warmup_fields(before: dict, after: dict, questions: int) -> dict:
     warmups = (after["warmups"] - before["warmups"]) / questions
     return {
         "warmups_per_q": warmups,
-        **{k: v for k, v in after.items() if k.startswith("slowdown.")},
+        **{k: v for k, v in after.items() if k.startswith(("slowdown.", "slowdown_low."))},
     }
 
 
@@ -253,3 +255,22 @@ def block_arguments(description: str, concurrency: list[int], block: int, out: s
 def check_block_arguments(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
     if args.num_samples < 1 or args.block < 1 or min(args.concurrency) < 1:
         ap.error("--num-samples, --block and every --concurrency must be at least 1")
+
+
+def variants_argument(ap: argparse.ArgumentParser, variants: dict, default: Sequence[str]) -> None:
+    """--variants: which of `variants` to run, comma-separated (`default` unless given)."""
+    others = [v for v in variants if v not in default]
+    ap.add_argument(
+        "--variants",
+        type=lambda s: s.split(","),
+        default=list(default),
+        help=f"which, comma-separated (default {','.join(default)}"
+        + (f"; also {','.join(others)})" if others else ")"),
+    )
+
+
+def chosen_variants(ap: argparse.ArgumentParser, args: argparse.Namespace, variants: dict) -> dict:
+    """The variants --variants names, in `variants`' order; an unknown name is a usage error."""
+    if unknown := sorted(set(args.variants) - set(variants)):
+        ap.error(f"--variants: unknown {', '.join(unknown)}; pick from {', '.join(variants)}")
+    return {name: v for name, v in variants.items() if name in args.variants}

@@ -162,6 +162,10 @@ class ClusterSpec(_Tolerant):
     # as the router measures them (router/compute_device.py); False, by slots alone (the gate
     # before issue 28: benchmarks compare the two).
     warmup_weigh_slowdown: bool = True
+    # How sure the router must be that a warm-up does not pay before it refuses one: it weighs
+    # the measured slowdown's lower confidence bound at this level (one-sided; 0.5 weighs the
+    # estimate itself, which flipped the gate between blocks at concurrency 4, stop 44).
+    warmup_slowdown_confidence: float = Field(0.95, ge=0.5, lt=1.0)
 
     @model_validator(mode="after")
     def _devices_known(self) -> ClusterSpec:

@@ -51,7 +51,12 @@ class RouterContext:
         )
         self.devices = (
             {
-                d: ComputeDevice(d, slots, cluster.warmup_weigh_slowdown)
+                d: ComputeDevice(
+                    d,
+                    slots,
+                    cluster.warmup_weigh_slowdown,
+                    cluster.warmup_slowdown_confidence,
+                )
                 for d, slots in cluster.devices.items()
             }
             if scoped

@@ -106,13 +106,16 @@ class RouterMetrics:
             ["device"],
             registry=self.registry,
         )
+        bound = Gauge(
+            "moa_device_warmup_decode_slowdown_lower_bound",
+            "The measured slowdown's lower confidence bound, which the warm-up gate weighs "
+            "(cluster.json warmup_slowdown_confidence); NaN until measured",
+            ["device"],
+            registry=self.registry,
+        )
         for name, device in devices.items():
-
-            def read(d=device) -> float:
-                value = d.slowdown.slowdown()
-                return float("nan") if value is None else value
-
-            gauge.labels(name).set_function(read)
+            gauge.labels(name).set_function(lambda d=device: _nan(d.slowdown.slowdown()))
+            bound.labels(name).set_function(lambda d=device: _nan(d.slowdown.lower_bound(d.z)))
 
     def stats(self) -> dict:
         """The router's load counters at this instant (`GET /v1/moa/stats`): the runner takes
@@ -144,3 +147,7 @@ class RouterMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+
+def _nan(value: float | None) -> float:
+    return float("nan") if value is None else value

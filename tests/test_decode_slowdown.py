@@ -4,11 +4,18 @@ chance of being on the critical path pays for it."""
 
 from __future__ import annotations
 
-import pytest
+import json
+import math
 
+import pytest
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from router.cluster import ClusterError, load_cluster
 from router.compute_device import ComputeDevice
 from router.config_loader import load_config
 from router.decode_slowdown import DecodeSlowdown
+from router.metrics import RouterMetrics
 from router.prefill_gate import PrefillGate
 from router.topology import critical_path_chance
 
@@ -110,16 +117,57 @@ def test_a_long_undisturbed_stretch_is_cut_into_segments():
     assert meter.slowdown() == pytest.approx(0.5, abs=0.08)
 
 
-def measured_device(slowdown: float) -> ComputeDevice:
-    """A device of two slots whose meter measured `slowdown`."""
+def measured_device(slowdown: float | list[float], confidence: float = 0.95) -> ComputeDevice:
+    """A device of two slots whose meter measured `slowdown` in 8 segments (a list: one
+    segment after another at each of its slowdowns, in turn)."""
     clock = FakeClock()
-    device = ComputeDevice("cpu", slots=2)
+    device = ComputeDevice("cpu", slots=2, confidence=confidence)
     device.slowdown = DecodeSlowdown(clock=clock)
-    for _ in range(8):
-        simulate(device.slowdown, clock, 3.0, 0.05, slowdown, every(3, 0.05))
+    per_segment = slowdown if isinstance(slowdown, list) else [slowdown]
+    for i in range(8):
+        simulate(
+            device.slowdown, clock, 3.0, 0.05, per_segment[i % len(per_segment)], every(3, 0.05)
+        )
         device.slowdown.disturbed()
-    assert device.slowdown.slowdown() == pytest.approx(slowdown, abs=0.05)
+    mean = sum(per_segment) / len(per_segment)
+    assert device.slowdown.slowdown() == pytest.approx(mean, abs=0.05)
     return device
+
+
+def test_the_lower_bound_is_the_estimate_less_its_noise():
+    steady, noisy = measured_device(0.1), measured_device([0.0, 0.2])
+    for device in (steady, noisy):
+        assert device.slowdown.lower_bound(0.0) == pytest.approx(device.slowdown.slowdown())
+    assert steady.slowdown.stderr() < 0.01
+    assert steady.slowdown.lower_bound(1.645) == pytest.approx(0.1, abs=0.03)
+    # Segments at 0 and 0.2: the same mean, a standard error of ~0.2 / 2 / √8 ≈ 0.035.
+    assert noisy.slowdown.stderr() == pytest.approx(0.035, abs=0.015)
+    assert noisy.slowdown.lower_bound(1.645) < noisy.slowdown.slowdown() - 0.03
+    assert noisy.slowdown.lower_bound(10.0) == 0.0  # never below 0
+
+
+@pytest.mark.parametrize("confidence, admitted", [(0.5, False), (0.95, True)])
+def test_a_reading_within_its_noise_of_the_break_even_does_not_refuse(confidence, admitted):
+    """Four questions decoding and an aggregator's warm-up (1/3): the break-even is 0.083.
+    Segments alternating 0 and 0.2 read ~0.1, within their noise of it: weighing the estimate
+    refuses (the gate that flipped between blocks in stop 44), the 95% bound admits."""
+    device = measured_device([0.0, 0.2], confidence)
+    gate = PrefillGate()
+    device.attach("http://p", gate)
+    for q in ("q1", "q2", "q3", "q4"):
+        device.decode_started("http://d", q)
+    assert gate.is_open(benefit=1 / 3) is admitted
+    assert gate.is_open(benefit=1.0)
+
+
+def test_a_steady_reading_above_the_break_even_refuses_at_any_confidence():
+    device = measured_device(0.15, confidence=0.95)
+    gate = PrefillGate()
+    device.attach("http://p", gate)
+    for q in ("q1", "q2", "q3", "q4"):
+        device.decode_started("http://d", q)
+    assert not gate.is_open(benefit=1 / 3)  # ≥ 0.13 × 4 > 1/3
+    assert gate.is_open(benefit=1.0)
 
 
 def test_a_warmup_is_admitted_only_if_its_benefit_pays_for_the_slowdown_of_every_question():
@@ -199,3 +247,29 @@ def test_the_critical_path_chance_is_one_over_the_agents_of_a_layer():
     aggregators = [a.id for a in cfg.agents if cfg.precursors(a.id) and a.id != "final"]
     assert len(aggregators) == 3
     assert [critical_path_chance(cfg, a) for a in aggregators] == pytest.approx([1 / 3] * 3)
+
+
+def test_a_cluster_file_names_a_confidence_out_of_range(tmp_path):
+    path = tmp_path / "cluster.json"
+    path.write_text(json.dumps({"models": {}, "warmup_slowdown_confidence": 0.3}))
+    with pytest.raises(ClusterError, match="warmup_slowdown_confidence") as e:
+        load_cluster(path)
+    assert "greater than or equal to 0.5" in str(e.value)
+    path.write_text(json.dumps({"models": {}}))
+    assert load_cluster(path).warmup_slowdown_confidence == 0.95
+
+
+def test_metrics_export_the_slowdown_and_the_bound_the_gate_weighs():
+    metrics = RouterMetrics()
+    metrics.watch_devices({"cpu": measured_device([0.0, 0.2]), "gpu0": ComputeDevice("gpu0", 1)})
+    text = generate_latest(metrics.registry).decode()
+    samples = {
+        (s.name, s.labels["device"]): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name.startswith("moa_device_warmup_decode_slowdown")
+    }
+    slowdown = samples[("moa_device_warmup_decode_slowdown", "cpu")]
+    bound = samples[("moa_device_warmup_decode_slowdown_lower_bound", "cpu")]
+    assert slowdown == pytest.approx(0.09, abs=0.03) and 0 <= bound < slowdown - 0.03
+    assert math.isnan(samples[("moa_device_warmup_decode_slowdown_lower_bound", "gpu0")])
