@@ -5,10 +5,12 @@ router per variant over it (benchmarks/shell_routers.py):
 - `#2`: blocking (no warm-ups), the reference;
 - `#3-slots`: pipelined, a warm-up admitted where its prefill worker fits the device's slots
   beside the busy workers (the gate before issue 28: `warmup_weigh_slowdown` false);
-- `#3-point`: pipelined, a warm-up also admitted only if it pays for the decodes it slows, by
-  the slowdown the router measures (router/compute_device.py, router/decode_slowdown.py) as
-  its estimate (`warmup_slowdown_confidence` 0.5: the gate of stops 43-44);
-- `#3-weighed`: the same by the estimate's lower 95% bound (the default).
+- `#3-weighed`: pipelined, a warm-up also admitted only if it pays for the decodes it slows, by
+  the slowdown the router measures (router/compute_device.py, router/decode_slowdown.py), its
+  estimate (the default);
+- `#3-lower`, `#3-upper`: the same by the estimate's one-sided 95% bound below it (refused only
+  when the meter is sure a warm-up does not pay) and above it (admitted only when sure it pays):
+  `warmup_slowdown_confidence` 0.95 and 0.05.
 
 Per concurrency N the questions run in blocks, N in flight, through each router in turn on cold
 caches (the order rotating per block). Reports per variant the throughput, the in-flight latency,
@@ -47,16 +49,21 @@ from benchmarks.variant_blocks import (
 )
 from experiments.datasets import load_questions
 
+
+def _weighed(confidence: float) -> Variant:
+    return Variant(
+        "pipelined", {"warmup_weigh_slowdown": True, "warmup_slowdown_confidence": confidence}
+    )
+
+
 VARIANTS = {
     "#2": Variant("blocking"),
     "#3-slots": Variant("pipelined", {"warmup_weigh_slowdown": False}),
-    "#3-point": Variant(
-        "pipelined", {"warmup_weigh_slowdown": True, "warmup_slowdown_confidence": 0.5}
-    ),
-    "#3-weighed": Variant(
-        "pipelined", {"warmup_weigh_slowdown": True, "warmup_slowdown_confidence": 0.95}
-    ),
+    "#3-weighed": _weighed(0.5),
+    "#3-lower": _weighed(0.95),
+    "#3-upper": _weighed(0.05),
 }
+DEFAULT_VARIANTS = ("#2", "#3-slots", "#3-weighed")
 REFERENCE = "#2"
 
 
@@ -89,7 +96,7 @@ def report(rows: list[dict], meta: dict) -> str:
         "",
         (
             "| N | variant | questions | throughput q/s | in flight: mean / median / p90 s "
-            "| warm-ups per question, each block | measured slowdown (lower bound) at the end |"
+            "| warm-ups per question, each block | measured slowdown (as weighed) at the end |"
         ),
         "|---|---|---|---|---|---|---|",
     ]
@@ -102,7 +109,7 @@ def report(rows: list[dict], meta: dict) -> str:
                 continue
             blocks = {r["block"]: r["warmups_per_q"] for r in mine}
             warm = " / ".join(f"{blocks[b]:.1f}" for b in sorted(blocks))
-            slow, low = _by_device(mine[-1], "slowdown."), _by_device(mine[-1], "slowdown_low.")
+            slow, low = _by_device(mine[-1], "slowdown."), _by_device(mine[-1], "slowdown_weighed.")
             lines.append(
                 f"| {n} | {variant} | {len(mine)} | {throughput(mine):.4f} "
                 f"| {latency_stats(mine, 'in_flight_s')} | {warm} "
@@ -122,7 +129,7 @@ def report(rows: list[dict], meta: dict) -> str:
 
 def main() -> None:
     ap = block_arguments(__doc__.splitlines()[0], [4], 8, "runs/bench_warmup_cost")
-    variants_argument(ap, VARIANTS, list(VARIANTS))
+    variants_argument(ap, VARIANTS, DEFAULT_VARIANTS)
     ap.add_argument(
         "--priority-scheduling",
         action=argparse.BooleanOptionalAction,

@@ -115,8 +115,8 @@ async def router_metrics(url: str) -> dict[str, float]:
                 out["warmups"] += sample.value
             elif sample.name == "moa_device_warmup_decode_slowdown":
                 out[f"slowdown.{sample.labels['device']}"] = sample.value
-            elif sample.name == "moa_device_warmup_decode_slowdown_lower_bound":
-                out[f"slowdown_low.{sample.labels['device']}"] = sample.value
+            elif sample.name == "moa_device_warmup_decode_slowdown_weighed":
+                out[f"slowdown_weighed.{sample.labels['device']}"] = sample.value
     return out
 
 
@@ -125,7 +125,7 @@ def warmup_fields(before: dict, after: dict, questions: int) -> dict:
     warmups = (after["warmups"] - before["warmups"]) / questions
     return {
         "warmups_per_q": warmups,
-        **{k: v for k, v in after.items() if k.startswith(("slowdown.", "slowdown_low."))},
+        **{k: v for k, v in after.items() if k.startswith(("slowdown.", "slowdown_weighed."))},
     }
 
 

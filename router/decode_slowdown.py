@@ -107,10 +107,10 @@ class DecodeSlowdown:
         estimate = self._ratio()
         return None if estimate is None else max(0.0, estimate[0] - 1.0)
 
-    def lower_bound(self, z: float) -> float | None:
-        """The slowdown less `z` standard errors (never below 0), None while unknown: what the
-        gate weighs, so that a reading within its own noise of the break-even does not flip the
-        gate from one question to the next (stop 44: 0.087-0.099 read against 0.083)."""
+    def shifted(self, z: float) -> float | None:
+        """The slowdown `z` standard errors below its estimate (above for a negative `z`; never
+        below 0), None while unknown: a confidence bound, which the gate may weigh instead of
+        the estimate (router/compute_device.py)."""
         estimate = self._ratio()
         if estimate is None:
             return None

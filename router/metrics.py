@@ -107,15 +107,15 @@ class RouterMetrics:
             registry=self.registry,
         )
         bound = Gauge(
-            "moa_device_warmup_decode_slowdown_lower_bound",
-            "The measured slowdown's lower confidence bound, which the warm-up gate weighs "
-            "(cluster.json warmup_slowdown_confidence); NaN until measured",
+            "moa_device_warmup_decode_slowdown_weighed",
+            "The measured slowdown as the warm-up gate weighs it: its confidence bound at "
+            "cluster.json's warmup_slowdown_confidence (0.5: the estimate); NaN until measured",
             ["device"],
             registry=self.registry,
         )
         for name, device in devices.items():
             gauge.labels(name).set_function(lambda d=device: _nan(d.slowdown.slowdown()))
-            bound.labels(name).set_function(lambda d=device: _nan(d.slowdown.lower_bound(d.z)))
+            bound.labels(name).set_function(lambda d=device: _nan(d.slowdown.shifted(d.z)))
 
     def stats(self) -> dict:
         """The router's load counters at this instant (`GET /v1/moa/stats`): the runner takes

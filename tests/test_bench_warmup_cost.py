@@ -24,7 +24,7 @@ def test_report_pairs_each_question_with_blocking_and_singles_out_the_late_start
             "in_flight_s": t,
             "warmups_per_q": 0.0 if v == "#2" else 10.0,
             "slowdown.cpu": 0.25,
-            **({"slowdown_low.cpu": 0.125} if v == "#3-weighed" else {}),
+            **({"slowdown_weighed.cpu": 0.125} if v == "#3-weighed" else {}),
         }
         for pos, (q, ts) in enumerate(times.items())
         for v, t in zip(("#2", "#3-slots", "#3-weighed"), ts)
