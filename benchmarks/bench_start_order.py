@@ -34,6 +34,7 @@ from benchmarks.shell_routers import routers_over_one_deployment
 from benchmarks.variant_blocks import (
     Variant,
     block_arguments,
+    by_device,
     check_block_arguments,
     chosen_variants,
     latency_stats,
@@ -100,11 +101,7 @@ def report(rows: list[dict], meta: dict) -> str:
             if not mine:
                 continue
             warm = statistics.mean(r["warmups"] for r in mine)
-            slow = ", ".join(
-                f"{k.removeprefix('slowdown.')} {v:.3f}"
-                for k, v in mine[-1].items()
-                if k.startswith("slowdown.")
-            )
+            slow = by_device(mine[-1], "slowdown.")
             lines.append(
                 f"| {n} | {variant} | {len(mine)} | {throughput(mine):.4f} "
                 f"| {latency_stats(mine, 'in_flight_s')} | {warm:.1f} | {median_parts(mine)} "

@@ -37,6 +37,7 @@ from benchmarks.shell_routers import routers_over_one_deployment
 from benchmarks.variant_blocks import (
     Variant,
     block_arguments,
+    by_device,
     check_block_arguments,
     chosen_variants,
     latency_stats,
@@ -82,12 +83,6 @@ async def run(r, variants: dict[str, Variant], questions, args, out: Path) -> li
     )
 
 
-def _by_device(row: dict, prefix: str) -> str:
-    return ", ".join(
-        f"{k.removeprefix(prefix)} {v:.3f}" for k, v in row.items() if k.startswith(prefix)
-    )
-
-
 def report(rows: list[dict], meta: dict) -> str:
     lines = [
         "# The warm-up gate: weighed by measured slowdown vs slots alone vs blocking",
@@ -109,7 +104,7 @@ def report(rows: list[dict], meta: dict) -> str:
                 continue
             blocks = {r["block"]: r["warmups_per_q"] for r in mine}
             warm = " / ".join(f"{blocks[b]:.1f}" for b in sorted(blocks))
-            slow, low = _by_device(mine[-1], "slowdown."), _by_device(mine[-1], "slowdown_weighed.")
+            slow, low = by_device(mine[-1], "slowdown."), by_device(mine[-1], "slowdown_weighed.")
             lines.append(
                 f"| {n} | {variant} | {len(mine)} | {throughput(mine):.4f} "
                 f"| {latency_stats(mine, 'in_flight_s')} | {warm} "
@@ -140,6 +135,8 @@ def main() -> None:
     args = ap.parse_args()
     check_block_arguments(ap, args)
     variants = chosen_variants(ap, args, VARIANTS)
+    if REFERENCE not in variants:
+        ap.error(f"--variants: every variant is reported against {REFERENCE}; name it too")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -129,6 +129,13 @@ def warmup_fields(before: dict, after: dict, questions: int) -> dict:
     }
 
 
+def by_device(row: dict, prefix: str) -> str:
+    """`row`'s per-device fields under `prefix` (warmup_fields' "slowdown."), as "cpu 0.012"."""
+    return ", ".join(
+        f"{k.removeprefix(prefix)} {v:.3f}" for k, v in row.items() if k.startswith(prefix)
+    )
+
+
 def rotated(names: Sequence[str], block: int) -> list[str]:
     """The variants' order in `block`: each block starts one later than the one before."""
     k = block % len(names)

@@ -48,6 +48,8 @@ class DecodeSlowdown:
         """`window`: segments kept (the newest); below `min_segments` of them or `min_expected`
         steps expected beside warm-ups in all, the slowdown is unknown (None). A segment counts
         only if its gaps spent at least `min_part_s` both with and without a warm-up."""
+        if min_segments < 2:
+            raise ValueError("min_segments must be at least 2: a standard error needs two")
         self._clock = clock
         self._min_segments, self._min_expected = min_segments, min_expected
         self._min_part_s, self._max_segment_s = min_part_s, max_segment_s

@@ -103,13 +103,17 @@ class QuestionRun:
         kept = [p for p in w.precursors if p not in self.dropped[aid]]
         shortest_first = self.cfg.slot_order == "shortest_first"
         if shortest_first:  # the order the router's commits reach (its lengths known here)
-            kept.sort(key=lambda p: self.work.agents[p].output_tokens)
+            kept = self._shortest_first(kept)
         # Keys: a static piece by its text (the head with this question), an output by its agent.
         segs = [(f"{q}|{w.piece_keys[0]}", w.pieces[0])]
         for pos, p in enumerate(kept):
             st = self.state[p]
             if shortest_first and not st.ended and pos < len(kept) - 1:
-                return tuple(segs), False  # the router commits a position to a finished one
+                # The router commits a position to a finished answer once every one still
+                # streaming has streamed at least as many tokens; the simulator commits it when
+                # it finishes (it knows every length), a little earlier where a longer answer
+                # started late.
+                return tuple(segs), False
             segs.append((f"{q}|out|{p}", self._output_tokens(p)))
             if not st.ended:
                 return tuple(segs), False
@@ -119,11 +123,18 @@ class QuestionRun:
             segs.append((w.piece_keys[-1], w.pieces[-1]))
         return tuple(segs), True
 
+    def _shortest_first(self, agents: list[str]) -> list[str]:
+        """`agents` by output length, template order among equals (sort is stable)."""
+        return sorted(agents, key=lambda p: self.work.agents[p].output_tokens)
+
     # --- running ------------------------------------------------------------------------------
     def run(self):
         """simpy process: the whole question; returns the rows' agents and e2e."""
+        # The router keeps the config's order under aggregator bypass too (not simulated).
         order = self.work.start_order or start_order(
-            self.cfg, self.sim.critical_path_first, self.early_exit
+            self.cfg,
+            self.sim.critical_path_first,
+            self.early_exit or self.cfg.aggregator_bypass.enabled,
         )
         procs = [self.env.process(self._agent(a)) for a in order if a in self.work.agents]
         yield simpy.AllOf(self.env, procs)
@@ -132,6 +143,8 @@ class QuestionRun:
         for a, w in self.work.agents.items():
             st = self.state[a]
             kept = [p for p in w.precursors if p not in self.dropped[a]]
+            if self.cfg.slot_order == "shortest_first":
+                kept = self._shortest_first(kept)
             agents[a] = AgentTrace(
                 model=w.model, layer=w.layer, slot_order=kept, killed=st.killed, **st.trace
             )

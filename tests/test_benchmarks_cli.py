@@ -29,7 +29,7 @@ NO_CLI = {
     "benchmarks.microbench_deploy": "the deployments microbench, bench_engine and bench_sglang_cpu "
     "bring up",
     "benchmarks.ttft_summary": "bench_ttft's summary.json and ttft.md",
-    "benchmarks.shell_routers": "the shell routers bench_gate_ladder and bench_priority start",
+    "benchmarks.shell_routers": "the shell routers the router-behaviour benchmarks start",
     "benchmarks.variant_blocks": "the blocks-of-variants loop bench_priority, bench_warmup_cost "
     "and bench_start_order share",
 }

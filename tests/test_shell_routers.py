@@ -14,15 +14,17 @@ from benchmarks import shell_routers
 
 class _Stack:
     cluster_path = Path("cluster.json")
-    downs = 0
+
+    def __init__(self) -> None:
+        self.downs = 0
 
     def down(self) -> None:
-        _Stack.downs += 1
+        self.downs += 1
 
 
 def test_sigterm_inside_a_benchmark_stops_its_deployment_and_routers(monkeypatch, tmp_path):
-    stopped = []
-    monkeypatch.setattr(shell_routers, "make_stack", lambda *a, **k: _Stack())
+    stopped, stack = [], _Stack()
+    monkeypatch.setattr(shell_routers, "make_stack", lambda *a, **k: stack)
     monkeypatch.setattr(shell_routers, "bring_up", lambda stack: {"models": {}})
     monkeypatch.setattr(
         shell_routers, "start_routers", lambda *a: ({"x": "http://r"}, [type("P", (), {"pid": 7})])
@@ -35,7 +37,7 @@ def test_sigterm_inside_a_benchmark_stops_its_deployment_and_routers(monkeypatch
     ):
         os.kill(os.getpid(), signal.SIGTERM)  # its handler runs before the next line
         raise AssertionError("SIGTERM did not interrupt the benchmark")
-    assert stopped == [7] and _Stack.downs == 1
+    assert stopped == [7] and stack.downs == 1
     assert signal.getsignal(signal.SIGTERM) is before  # the previous handler is back
 
 
