@@ -15,11 +15,11 @@ router per variant over it (benchmarks/shell_routers.py):
 Per concurrency N the questions run in blocks, N in flight, through each router in turn on cold
 caches (the order rotating per block). Reports per variant the throughput, the in-flight latency,
 the warm-ups per question in each block (the router's /metrics: a gate that flips shows here),
-the slowdown each router measured and its lower bound; and per question the ratio to #2 in the
-same block, over all questions and over those that started last (position ≥ N in their block:
-they start as the first ones end, the ones that lost under load before). The workers schedule
-by priority unless --no-priority-scheduling (then as the config starts them, as `moa-pd run`
-does). Writes OUT/warmup_cost.jsonl and OUT/bench_warmup_cost.md.
+the slowdown each router measured and as its gate weighs it; and per question the ratio to #2
+in the same block, over all questions and over those that started last (position ≥ N in their
+block: they start as the first ones end, the ones that lost under load before). The workers
+schedule by priority unless --no-priority-scheduling (then as the config starts them, as
+`moa-pd run` does). Writes OUT/warmup_cost.jsonl and OUT/bench_warmup_cost.md.
 
     OMP_NUM_THREADS=1 python -m benchmarks.bench_warmup_cost --num-samples 16 --offset 0 \\
         --concurrency 4 --out runs/bench_warmup_cost
