@@ -54,6 +54,9 @@ class DecodeSlowdown:
         self._min_segments, self._min_expected = min_segments, min_expected
         self._min_part_s, self._max_segment_s = min_part_s, max_segment_s
         self._segments: deque[tuple[float, float]] = deque(maxlen=window)  # (expected, actual)
+        # The ratio and its standard error, computed when a segment is kept: the gate reads them
+        # at every wake of a queued warm-up, the segments change a few times a second at most.
+        self._estimate: tuple[float, float] | None = None
         self._last: dict[Hashable, float] = {}  # each open stream's last chunk
         self._warmups = 0
         self._warm_since = 0.0
@@ -106,22 +109,19 @@ class DecodeSlowdown:
         """The fraction by which a warm-up stretches the decode steps beside it (0.2: they take
         1.2× as long), or None while too little was measured. Never below 0: a warm-up does not
         speed decoding up, so a negative estimate is noise."""
-        estimate = self._ratio()
-        return None if estimate is None else max(0.0, estimate[0] - 1.0)
+        return self.shifted(0.0)
 
     def shifted(self, z: float) -> float | None:
         """The slowdown `z` standard errors below its estimate (above for a negative `z`; never
         below 0), None while unknown: a confidence bound, which the gate may weigh instead of
         the estimate (router/compute_device.py)."""
-        estimate = self._ratio()
-        if estimate is None:
+        if self._estimate is None:
             return None
-        ratio, stderr = estimate
+        ratio, stderr = self._estimate
         return max(0.0, ratio - 1.0 - z * stderr)
 
     def stderr(self) -> float | None:
-        estimate = self._ratio()
-        return None if estimate is None else estimate[1]
+        return None if self._estimate is None else self._estimate[1]
 
     def _ratio(self) -> tuple[float, float] | None:
         """Σ expected ÷ Σ actual over the kept segments and its standard error, by the delta
@@ -158,6 +158,7 @@ class DecodeSlowdown:
             expected = r0 * self._warm_s
             actual = self._warm_steps - r0 * self._warm_cold_s
             self._segments.append((expected, actual))
+            self._estimate = self._ratio()
         self._open(now)
 
     def _open(self, now: float) -> None:
