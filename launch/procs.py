@@ -16,6 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from router.cluster import create_time
 
 log = logging.getLogger(__name__)
@@ -174,9 +176,7 @@ def stop_groups(pids: list[int], grace_s: float = 8.0) -> None:
     while alive and time.monotonic() < deadline:
         for pid in list(alive):
             _reap(pid)
-            try:
-                os.killpg(pid, 0)
-            except ProcessLookupError:
+            if not live_group_members(pid):
                 alive.remove(pid)
         if alive:
             time.sleep(0.1)
@@ -187,6 +187,24 @@ def stop_groups(pids: list[int], grace_s: float = 8.0) -> None:
         except ProcessLookupError:
             pass
         _reap(pid)
+
+
+def live_group_members(pgid: int) -> list[int]:
+    """The processes of group pgid that still run. Zombies do not count: they hold no port and
+    no memory, and a detached deployment's processes, reparented to PID 1, stay zombies until it
+    reaps them (some container inits do every ~2 s), where killpg(pgid, 0) still succeeds."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    members = []
+    for p in psutil.process_iter(["status"]):
+        try:
+            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
+                members.append(p.pid)
+        except (ProcessLookupError, psutil.NoSuchProcess):
+            continue  # exited meanwhile
+    return members
 
 
 def _reap(pid: int) -> None:

@@ -13,6 +13,7 @@ from urllib.parse import urlsplit
 import psutil
 
 from launch.ports import port_in_use
+from launch.procs import live_group_members
 from launch.run_dir import recorded  # noqa: F401 - the tests' view of processes.json
 from router.cluster import create_time
 
@@ -58,18 +59,6 @@ def assert_ran_once_each(out: Path) -> None:
     assert settings == [(2, 2, 0), (3, 2, 0)]
 
 
-def group_members(pgid: int) -> list[int]:
-    """Live (not zombie) processes whose process group is pgid."""
-    out = []
-    for p in psutil.process_iter(["status"]):
-        try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
-                out.append(p.pid)
-        except ProcessLookupError:
-            continue  # exited meanwhile
-    return out
-
-
 def descendants(pid: int) -> list[tuple[int, float | None]]:
     """(pid, create_time) of every live descendant of pid."""
     try:
@@ -113,7 +102,7 @@ def leftovers(
             left.append(f"{row['name']} (pid {row['pid']})")
         left += [
             f"pid {p} in the group of {row['name']}"
-            for p in group_members(row["pid"])
+            for p in live_group_members(row["pid"])
             if p != row["pid"]
         ]
     left += [
