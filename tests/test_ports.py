@@ -106,33 +106,17 @@ def _stealing_start(monkeypatch, names: set[str]) -> dict[str, int]:
 
 
 @pytest.mark.slow
-def test_a_port_taken_before_the_start_is_replaced_everywhere(tmp_path, monkeypatch):
-    """A prefill worker's and the shell router's ports are taken between the choice and the
-    start: each exits (it cannot bind), gets new ports, starts again, and the deployment
-    serves, with the new ports in the plan, the sglang-router's command line and cluster.json."""
-    stolen = _stealing_start(monkeypatch, {"smollm2.prefill0", "shell_router"})
+def test_three_deployments_at_once_come_up_and_a_taken_port_is_replaced_everywhere(
+    tmp_path, monkeypatch
+):
+    """Three deployments start at once: two `moa-pd up --detach` processes and one in this
+    process (one test, since each deployment's start is most of its time). All come up on
+    disjoint ports outside the ephemeral range. In the one here, a prefill worker's and the shell
+    router's ports are taken between the choice and the start: each exits (it cannot bind), gets
+    new ports, starts again, and the deployment serves, with the new ports in the plan, the
+    sglang-router's command line and cluster.json."""
     config = tiny_config(tmp_path, model_path=tiny_model_dir("llama"))
-    with make_stack([config], "torch", tmp_path / "dep", "127.0.0.1") as stack:
-        assert set(stolen) == {"smollm2.prefill0", "shell_router"}
-        cluster = json.loads(stack.cluster_path.read_text())
-        model = cluster["models"]["smollm2"]
-        prefill_url = model["prefill_urls"][0]
-        assert urlsplit(prefill_url).port == stack.models["smollm2"].prefill_ports[0]
-        assert urlsplit(prefill_url).port != stolen["smollm2.prefill0"]
-        shell = cluster["shell_router_url"]
-        assert urlsplit(shell).port == stack.shell_router_port != stolen["shell_router"]
-        procs = {p["name"]: p for p in json.loads((stack.run_dir / "processes.json").read_text())}
-        router_argv = procs["smollm2.router"]["argv"]
-        assert router_argv[router_argv.index("--prefill") + 1] == prefill_url
-        assert list(model["processes"]) == [prefill_url, *model["decode_urls"], model["router_url"]]
-        wait_routable(model["router_url"], timeout_s=120)  # the router reaches the new ports
-        assert healthy(shell + "/health")
-
-
-@pytest.mark.slow
-def test_three_deployments_started_at_once_all_come_up(tmp_path):
-    config = tiny_config(tmp_path, model_path=tiny_model_dir("llama"))
-    run_dirs = [tmp_path / f"dep{i}" for i in range(3)]
+    run_dirs = [tmp_path / f"dep{i}" for i in range(2)]
     cli = [sys.executable, "-m", "launch.cli"]
     ups = [
         subprocess.Popen(
@@ -143,22 +127,46 @@ def test_three_deployments_started_at_once_all_come_up(tmp_path):
         )
         for d in run_dirs
     ]
+    clusters = []
     try:
-        outputs = [p.communicate(timeout=280)[0] for p in ups]
-        assert [p.returncode for p in ups] == [0, 0, 0], "\n".join(outputs)
-        clusters = [json.loads((d / "cluster.json").read_text()) for d in run_dirs]
-        ports = [set(cluster_ports(c)) for c in clusters]
-        assert sum(map(len, ports)) == len(set.union(*ports)) == 3 * 5  # none shared
-        lo, hi = ephemeral_range()
-        assert not [p for p in set.union(*ports) if lo <= p <= hi]
-        for c in clusters:
-            wait_routable(c["models"]["smollm2"]["router_url"], timeout_s=120)
-            assert healthy(c["shell_router_url"] + "/health")
+        stolen = _stealing_start(monkeypatch, {"smollm2.prefill0", "shell_router"})
+        with make_stack([config], "torch", tmp_path / "dep", "127.0.0.1") as stack:
+            assert set(stolen) == {"smollm2.prefill0", "shell_router"}
+            cluster = json.loads(stack.cluster_path.read_text())
+            model = cluster["models"]["smollm2"]
+            prefill_url = model["prefill_urls"][0]
+            assert urlsplit(prefill_url).port == stack.models["smollm2"].prefill_ports[0]
+            assert urlsplit(prefill_url).port != stolen["smollm2.prefill0"]
+            shell = cluster["shell_router_url"]
+            assert urlsplit(shell).port == stack.shell_router_port != stolen["shell_router"]
+            procs = {
+                p["name"]: p for p in json.loads((stack.run_dir / "processes.json").read_text())
+            }
+            router_argv = procs["smollm2.router"]["argv"]
+            assert router_argv[router_argv.index("--prefill") + 1] == prefill_url
+            assert list(model["processes"]) == [
+                prefill_url,
+                *model["decode_urls"],
+                model["router_url"],
+            ]
+            wait_routable(model["router_url"], timeout_s=120)  # the router reaches the new ports
+            assert healthy(shell + "/health")
+
+            outputs = [p.communicate(timeout=280)[0] for p in ups]
+            assert [p.returncode for p in ups] == [0, 0], "\n".join(outputs)
+            clusters = [cluster] + [json.loads((d / "cluster.json").read_text()) for d in run_dirs]
+            ports = [set(cluster_ports(c)) for c in clusters]
+            assert sum(map(len, ports)) == len(set.union(*ports)) == 3 * 5  # none shared
+            lo, hi = ephemeral_range()
+            assert not [p for p in set.union(*ports) if lo <= p <= hi]
+            for c in clusters[1:]:
+                wait_routable(c["models"]["smollm2"]["router_url"], timeout_s=120)
+                assert healthy(c["shell_router_url"] + "/health")
     finally:
         for p in ups:
             if p.poll() is None:
                 p.kill()
-        # All three at once, as they came up (each `moa-pd down` is a Python start-up).
+        # Both at once, as they came up (each `moa-pd down` is a Python start-up).
         downs = [
             subprocess.Popen([*cli, "down", "--run-dir", str(d)])
             for d in run_dirs
