@@ -31,7 +31,7 @@ import numpy as np
 
 from benchmarks.bench_meta import BenchRun, provenance
 from benchmarks.bench_overlap import log
-from benchmarks.shell_routers import routers_over_one_deployment
+from benchmarks.shell_routers import one_line_on_interrupt, routers_over_one_deployment
 from experiments.datasets import load_questions
 from experiments.paired_stats import median_ci
 from experiments.prompts import build_question_prompt
@@ -135,7 +135,10 @@ def main() -> None:
     questions = load_questions("gsm8k", args.offset + args.num_samples)[args.offset :]
     bench = BenchRun("benchmarks.bench_gate_ladder")
     overrides = {rung: RUNGS[rung][1] for rung in rungs}
-    with routers_over_one_deployment(args.config, out, overrides) as r:
+    with (
+        one_line_on_interrupt(out / "ladder.jsonl"),
+        routers_over_one_deployment(args.config, out, overrides) as r,
+    ):
         rows = asyncio.run(run(r.cluster, r.urls, r.config_name, questions, out))
     meta = bench.meta(config=args.config)
     text = report(rows, meta)

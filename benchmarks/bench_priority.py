@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.bench_meta import BenchRun, cpu_device, provenance
-from benchmarks.shell_routers import routers_over_one_deployment
+from benchmarks.shell_routers import one_line_on_interrupt, routers_over_one_deployment
 from benchmarks.variant_blocks import (
     Variant,
     block_arguments,
@@ -157,7 +157,10 @@ def main() -> None:
     # with the running requests N questions need (the largest N of the run).
     deployed_for = args.deploy_concurrency or max(args.concurrency)
     overrides = {name: v.overrides for name, v in VARIANTS.items()}
-    with routers_over_one_deployment(args.config, out, overrides, deployed_for) as r:
+    with (
+        one_line_on_interrupt(out / "priority.jsonl"),
+        routers_over_one_deployment(args.config, out, overrides, deployed_for) as r,
+    ):
         rows = asyncio.run(run(r.cluster, r.urls, r.config_name, questions, args, out))
     meta = bench.meta(
         config=args.config,

@@ -30,7 +30,7 @@ import statistics
 from pathlib import Path
 
 from benchmarks.bench_meta import BenchRun, cpu_device, provenance
-from benchmarks.shell_routers import routers_over_one_deployment
+from benchmarks.shell_routers import one_line_on_interrupt, routers_over_one_deployment
 from benchmarks.variant_blocks import (
     Variant,
     block_arguments,
@@ -145,7 +145,10 @@ def main() -> None:
     edits = {name: v.config_edits for name, v in variants.items() if v.config_edits}
     concurrency = max(args.concurrency)
     # The deployment `moa-pd run --concurrency N` starts: the workers as the config has them.
-    with routers_over_one_deployment(args.config, out, overrides, concurrency, False, edits) as r:
+    with (
+        one_line_on_interrupt(out / "start_order.jsonl"),
+        routers_over_one_deployment(args.config, out, overrides, concurrency, False, edits) as r,
+    ):
         rows = asyncio.run(
             run_variants(
                 r.cluster,

@@ -33,7 +33,7 @@ import os
 from pathlib import Path
 
 from benchmarks.bench_meta import BenchRun, cpu_device, provenance
-from benchmarks.shell_routers import routers_over_one_deployment
+from benchmarks.shell_routers import one_line_on_interrupt, routers_over_one_deployment
 from benchmarks.variant_blocks import (
     Variant,
     block_arguments,
@@ -144,9 +144,12 @@ def main() -> None:
     bench = BenchRun("benchmarks.bench_warmup_cost")
     overrides = {name: v.overrides for name, v in variants.items()}
     concurrency = max(args.concurrency)
-    with routers_over_one_deployment(
-        args.config, out, overrides, concurrency, args.priority_scheduling
-    ) as r:
+    with (
+        one_line_on_interrupt(out / "warmup_cost.jsonl"),
+        routers_over_one_deployment(
+            args.config, out, overrides, concurrency, args.priority_scheduling
+        ) as r,
+    ):
         rows = asyncio.run(run(r, variants, questions, args, out))
     meta = bench.meta(
         config=args.config,

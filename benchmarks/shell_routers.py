@@ -53,6 +53,22 @@ def routers_over_one_deployment(
         restore()
 
 
+@contextlib.contextmanager
+def one_line_on_interrupt(rows_file: Path) -> Iterator[None]:
+    """Around a benchmark's `routers_over_one_deployment`: Ctrl-C or SIGTERM ends it with one
+    line saying what it kept and exit status 130 (as `moa-pd run`), not a KeyboardInterrupt
+    traceback. Outside that `with`, so the deployment and routers are down when it prints."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        print(
+            f"interrupted: its workers and routers are stopped; the rows measured so far are in "
+            f"{rows_file}",
+            file=sys.stderr,
+        )
+        raise SystemExit(130) from None
+
+
 def _routers(
     config: str,
     out: Path,

@@ -41,6 +41,26 @@ def test_sigterm_inside_a_benchmark_stops_its_deployment_and_routers(monkeypatch
     assert signal.getsignal(signal.SIGTERM) is before  # the previous handler is back
 
 
+def test_a_stopped_benchmark_says_so_in_one_line_after_its_deployment_is_down(
+    monkeypatch, tmp_path, capsys
+):
+    stack = _Stack()
+    monkeypatch.setattr(shell_routers, "make_stack", lambda *a, **k: stack)
+    monkeypatch.setattr(shell_routers, "bring_up", lambda stack: {"models": {}})
+    monkeypatch.setattr(shell_routers, "start_routers", lambda *a: ({"x": "http://r"}, []))
+    rows = tmp_path / "rows.jsonl"
+    with (
+        pytest.raises(SystemExit) as stopped,
+        shell_routers.one_line_on_interrupt(rows),
+        shell_routers.routers_over_one_deployment("tree_3_1_cpu", tmp_path, {"x": {}}, 1, False),
+    ):
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert stopped.value.code == 130 and stack.downs == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert "interrupted" in err and str(rows) in err
+
+
 def test_a_variants_config_copy_is_served_by_a_name_of_its_own(tmp_path):
     import json
 
