@@ -43,6 +43,15 @@ if TYPE_CHECKING:
     from router.prefill_gate import PrefillGate
 
 
+def warmup_pays(slowdown: float | None, questions_decoding: int, benefit: float) -> bool:
+    """The weighing above, shared with the simulator's gate (simulation/gate.py): a warm-up
+    pays if the slowdown it adds to each question decoding on the device, summed over them, is
+    at most its `benefit`; while the slowdown is unmeasured (None), it is admitted."""
+    if slowdown is None or questions_decoding == 0:
+        return True
+    return slowdown * questions_decoding <= benefit
+
+
 class ComputeDevice:
     def __init__(
         self, name: str, slots: int, weigh_slowdown: bool = True, confidence: float = 0.5
@@ -78,10 +87,9 @@ class ComputeDevice:
         return len(self.busy_workers() | {url}) <= self.slots and self.warmup_pays(benefit)
 
     def warmup_pays(self, benefit: float) -> bool:
-        slowdown = self.slowdown.shifted(self.z)
-        if not self.weigh_slowdown or slowdown is None or not self._questions:
+        if not self.weigh_slowdown:
             return True
-        return slowdown * len(self._questions) <= benefit
+        return warmup_pays(self.slowdown.shifted(self.z), len(self._questions), benefit)
 
     def decode_started(self, url: str, question: object) -> None:
         """A decode stream of `question` (any hashable; a fresh object() when unknown) opened

@@ -68,16 +68,28 @@ class DecodeSlowdown:
         now = self._clock()
         self._roll(now)
         last, self._last[stream] = self._last.get(stream), now
-        if last is None or last < self._seg_start:
-            return  # the stream's first gap, or one that began in an earlier segment
+        if last is not None:  # else the stream's first gap
+            self._gaps(last, now, 1)
+
+    def steps(self, since: float, count: int) -> None:
+        """`count` streams' chunks arrived now, each stream's previous chunk at `since`: what
+        `count` calls of `chunk` measure, in one (the simulator's decode steps, whose streams
+        share their step times: simulation/gate.py)."""
+        now = self._clock()
+        self._roll(now)
+        self._gaps(since, now, count)
+
+    def _gaps(self, last: float, now: float, count: int) -> None:
+        if last < self._seg_start:
+            return  # a gap that began in an earlier segment
         warm = self._overlap(last, now)
         if warm == 0.0:
-            self._cold_steps += 1
-            self._cold_s += now - last
+            self._cold_steps += count
+            self._cold_s += count * (now - last)
         else:
-            self._warm_steps += 1
-            self._warm_cold_s += now - last - warm
-            self._warm_s += warm
+            self._warm_steps += count
+            self._warm_cold_s += count * (now - last - warm)
+            self._warm_s += count * warm
 
     def stream_ended(self, stream: Hashable) -> None:
         self._last.pop(stream, None)

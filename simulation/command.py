@@ -5,6 +5,7 @@ concurrencies, from a profile; `--validate RUN_DIR...` compares with measured ru
 from __future__ import annotations
 
 import argparse
+import dataclasses
 
 from rich.console import Console
 from rich.table import Table
@@ -73,6 +74,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "ranked by their question's start, the oldest first (default: FCFS, the router's)",
     )
     p.add_argument(
+        "--critical-path-first",
+        action="store_true",
+        help="cluster.json's start_order: critical_path (agents of a question start longest "
+        "remaining path first; default: the config's order, the router's)",
+    )
+    p.add_argument(
+        "--gate-by-slots",
+        action="store_true",
+        help="the router's warm-up gate admits by slots alone (cluster.json "
+        "warmup_weigh_slowdown: false; default: it weighs the decode slowdown it measures); "
+        "with --validate: the runs were measured so (before stop 43)",
+    )
+    p.add_argument(
         "--validate",
         nargs="+",
         metavar="RUN_DIR",
@@ -84,7 +98,12 @@ def main(args: argparse.Namespace) -> int:
     console = Console(width=max(WIDTH, Console().width), soft_wrap=True)
     if args.validate:
         return validate.main(
-            argparse.Namespace(profile=args.profile, runs=args.validate, concurrency=None)
+            argparse.Namespace(
+                profile=args.profile,
+                runs=args.validate,
+                concurrency=None,
+                gate_by_slots=args.gate_by_slots,
+            )
         )
     if not args.config:
         console.print("[red]error:[/] --config is required (or --validate RUN_DIR...)")
@@ -100,8 +119,12 @@ def main(args: argparse.Namespace) -> int:
         # One deployment for every row, started for the largest concurrency (as one `moa-pd up
         # --concurrency N` would serve them all).
         deployment = deployment_for(plan, configs, profile, max(args.concurrency))
+        if args.gate_by_slots:
+            deployment = dataclasses.replace(deployment, gate_weighs_slowdown=False)
         rows = trace_rows(args.trace) if args.trace else None
         order = ", workflow priority" if args.workflow_priority else ""
+        order += ", critical path first" if args.critical_path_first else ""
+        order += ", gate by slots" if args.gate_by_slots else ""
         table = Table(
             title=f"Simulated: {configs[0].name} on {deployment.description} "
             f"({profile.device.name}, {profile.backend}{order})",
@@ -130,6 +153,7 @@ def main(args: argparse.Namespace) -> int:
                     rate_qps=args.rate,
                     exit_rate=args.exit_rate,
                     workflow_priority=args.workflow_priority,
+                    critical_path_first=args.critical_path_first,
                 )
                 b = out.breakdown()
                 table.add_row(

@@ -46,6 +46,9 @@ class SimDeployment:
     decode_slots: dict[str, int] = field(default_factory=dict)  # model -> max_running_requests
     co_run_slowdown: float = 0.0  # CPU devices: see simulation/device.py
     oversubscribed_slowdown: float = 0.0
+    # The device gate weighs the decode slowdown it measures (cluster.json's
+    # warmup_weigh_slowdown, the router's default); False: by slots alone (simulation/gate.py).
+    gate_weighs_slowdown: bool = True
 
 
 def merged_models(configs: list[TopologyConfig]) -> dict:

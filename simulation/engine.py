@@ -88,8 +88,10 @@ class Simulation:
             )
             for d, s in deployment.devices.items()
         }
+        weighs = deployment.gate_weighs_slowdown
         dev_gates = {
-            d: DeviceGate(self.env, s, deployment.gate_scope) for d, s in deployment.devices.items()
+            d: DeviceGate(self.env, s, deployment.gate_scope, weighs)
+            for d, s in deployment.devices.items()
         }
         # What each worker computes on: its device, or its TP group's GPUs together.
         units: dict[str, Device | TPGroup] = dict(self.devices)
@@ -97,7 +99,7 @@ class Simulation:
             if w.device not in units:
                 members = [self.devices[m] for m in tp_members(w.device)]
                 units[w.device] = TPGroup(self.env, w.device, members)
-                dev_gates[w.device] = DeviceGate(self.env, 1, deployment.gate_scope)
+                dev_gates[w.device] = DeviceGate(self.env, 1, deployment.gate_scope, weighs)
         # The shell router shares the first CPU device (it runs beside the workers it fronts).
         cpu = next((d for d in self.devices if not is_gpu(d)), None)
         self.router = RouterLoad(
@@ -136,6 +138,7 @@ class Simulation:
                         units[w.device],
                         deployment.decode_slots.get(w.model, 1 << 20),
                         self.router.tokens if self.router.costs.seconds_per_token > 0 else None,
+                        dev_gates[w.device].decode_step,
                     )
                 )
                 rep.decode_share.append(w.share)

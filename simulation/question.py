@@ -21,6 +21,7 @@ import simpy
 
 from experiments.results import AgentTrace
 from router.priority import start_order
+from router.topology import critical_path_chance
 from simulation.prefix_cache import Prompt, common_prefix, length
 from simulation.signal import Signal
 from simulation.workload import QuestionWork
@@ -193,7 +194,7 @@ class QuestionRun:
         st.started = True
         st.trace["final_request_s"] = self._now()
         dgate = self.sim.device_gates[decoder.name]
-        dgate.decode_started(decoder.name)
+        dgate.decode_started(decoder.name, self)
         # Every request holds its prefill worker's gate until its prefill is over.
         gate.hold()
         self.sim.router.request()
@@ -220,7 +221,7 @@ class QuestionRun:
             st.tokens = 1 + decoder.decoded(st.seq)
         decoder.slots.release(slot)
         on_decode.release()
-        dgate.decode_ended(decoder.name)
+        dgate.decode_ended(decoder.name, self)
         return self._end(aid)
 
     def _end(self, aid: str) -> None:
@@ -238,6 +239,7 @@ class QuestionRun:
         warmed: Prompt | None = None
         # The router's gate order: its question's rank, then the order successors started.
         key = (self.rank, next(self.sim.warm_order))
+        benefit = critical_path_chance(self.cfg, aid)  # weighed by a shared device's gate
         while True:
             ready, complete = self.prompt(aid)
             if complete:
@@ -258,9 +260,9 @@ class QuestionRun:
                 self._wake_after(aid, step - new)  # the next chunk is `step - new` tokens away
                 yield self._tokens[aid].wait()
                 continue
-            if not gate.try_enter(key):
+            if not gate.try_enter(key, benefit):
                 # Only its turn at the gate or the prompt completing changes what happens next.
-                yield self._ends[aid].wait() | gate.queue(key)
+                yield self._ends[aid].wait() | gate.queue(key, benefit)
                 continue
             self.sim.router.request()
             job = prefill.submit(chunk, critical=False, rank=self.rank)

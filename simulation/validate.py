@@ -11,11 +11,16 @@ decode speed moved between the first and the last is printed: a VM's speed moves
 hour the runs take, by more than the targets (docs/benchmarks.md, stops 40-41). A run records
 its configs (by name) and settings per row; the concurrency is not recorded, so it is read off
 the rows' start times (the most questions in flight at once) unless --concurrency says it.
+Nor is the router's warm-up gate: today's router weighs the decode slowdown it measures (the
+simulator too, simulation/gate.py); a run measured by a router that admitted warm-ups by slots
+alone (before stop 43, or `warmup_weigh_slowdown: false` in its cluster.json) is validated
+with --gate-by-slots. The warm-ups per question, measured and predicted, are printed beside.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +50,8 @@ class SettingCheck:
     measured_s: float
     predicted_s: float
     breakdown: dict[str, float]
+    measured_warmups: float = 0.0  # per question, all its agents'
+    predicted_warmups: float = 0.0
 
     @property
     def error(self) -> float:
@@ -78,9 +85,14 @@ def concurrency_of(rows: list[ResultRow]) -> int:
     return best
 
 
+def warmups_per_question(rows) -> float:
+    return float(np.mean([sum(a.warmups or 0 for a in r.agents.values()) for r in rows]))
+
+
 def check_run(
-    run_dir: Path, profile: Profile, concurrency: int | None = None
+    run_dir: Path, profile: Profile, concurrency: int | None = None, gate_by_slots: bool = False
 ) -> tuple[list[SettingCheck], list[RatioCheck]]:
+    """`gate_by_slots`: the run's router admitted warm-ups by slots alone (module docstring)."""
     rows = trace_rows(run_dir)
     if not rows:
         raise ValueError(f"{run_dir}: no rows without error in results.jsonl")
@@ -95,6 +107,8 @@ def check_run(
         configs = configs * 2
     q = concurrency or concurrency_of(rows)
     deployment = default_deployment(configs, profile, q)
+    if gate_by_slots:
+        deployment = dataclasses.replace(deployment, gate_weighs_slowdown=False)
     checks = []
     for s, rs in sorted(by_setting.items()):
         out = simulate_setting(deployment, configs, profile, s, q, len(rs), rs)
@@ -108,6 +122,8 @@ def check_run(
                 float(np.median([r.e2e_s for r in rs])),
                 out.median_s,
                 out.breakdown(),
+                warmups_per_question(rs),
+                warmups_per_question(out.rows),
             )
         )
     by = {c.setting: c for c in checks}
@@ -136,6 +152,7 @@ def tables(checks: list[SettingCheck], ratios: list[RatioCheck]) -> list[Table]:
         "predicted s",
         "error",
         "pred. leaf/exposed prefill, decode s",
+        "warm-ups/q meas. / pred.",
     ):
         t.add_column(col, justify="left" if col in ("run", "config") else "right")
     for c in checks:
@@ -151,6 +168,7 @@ def tables(checks: list[SettingCheck], ratios: list[RatioCheck]) -> list[Table]:
             f"{c.predicted_s:.2f}",
             f"[{'green' if ok else 'red'}]{c.error:+.1%}[/]",
             f"{b['leaf_prefill']:.2f} / {b['exposed_prefill']:.2f}, {b['decode']:.2f}",
+            f"{c.measured_warmups:.1f} / {c.predicted_warmups:.1f}",
         )
     r = Table(title="Latency ratios (medians)", min_width=60)
     for col in ("run", "ratio", "measured", "predicted", "difference"):
@@ -194,6 +212,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="`moa-pd run` output folders (results.jsonl)",
     )
     p.add_argument("--concurrency", type=int, help="override the concurrency read off the rows")
+    p.add_argument(
+        "--gate-by-slots",
+        action="store_true",
+        help="the runs' router admitted warm-ups by slots alone (before stop 43, or cluster.json "
+        "warmup_weigh_slowdown: false); by default the simulated gate weighs the measured "
+        "decode slowdown, as today's router does",
+    )
 
 
 def main(args: argparse.Namespace) -> int:
@@ -204,7 +229,7 @@ def main(args: argparse.Namespace) -> int:
         warn_if_elsewhere(profile, " + ".join(args.profile))
         checks, ratios = [], []
         for run in args.runs:
-            c, r = check_run(Path(run), profile, args.concurrency)
+            c, r = check_run(Path(run), profile, args.concurrency, args.gate_by_slots)
             checks += c
             ratios += r
     except (OSError, ValueError, ResultsError, ConfigError) as e:

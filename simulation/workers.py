@@ -127,7 +127,10 @@ class DecodeWorker:
     """Continuous batching, counted by steps: a running sequence gains one token per step, so
     what it decoded is the steps since it joined. Nothing is done per token (a simulation decodes
     about a million); whoever needs a sequence's progress reads `decoded` or asks to be called
-    back at a count (`when_decoded`), and `on_tokens(n)` hears each step's tokens."""
+    back at a count (`when_decoded`), `on_tokens(n)` hears each step's tokens, and
+    `on_step(since, n)` each step's end with the `n` sequences whose previous token came at
+    `since` (the last step's end; those that joined at this step are left out, as a stream's
+    first gap is by router/decode_slowdown.py)."""
 
     def __init__(
         self,
@@ -137,13 +140,14 @@ class DecodeWorker:
         device: Device | TPGroup,
         max_running_requests: int = 1 << 20,
         on_tokens: Callable[[int], None] | None = None,
+        on_step: Callable[[float, int], None] | None = None,
     ) -> None:
         self.env, self.name, self.profile, self.device = env, name, profile, device
         # Requests admitted (running or receiving KV); a request takes one before its prefill
         # starts and holds it until it ends. Requested with its question's rank: the lowest
         # first, then arrival (all 0 under FCFS), as the decode worker's prealloc queue.
         self.slots = simpy.PriorityResource(env, capacity=max_running_requests)
-        self.on_tokens = on_tokens
+        self.on_tokens, self.on_step = on_tokens, on_step
         self.running: dict[Sequence, None] = {}  # in the batch (a set in joining order)
         self._joining: list[Sequence] = []  # started: join at the next step
         self._context = 0  # the running sequences' tokens of context, all together
@@ -195,7 +199,9 @@ class DecodeWorker:
             self._joining.remove(seq)
         seq.done.succeed()
 
-    def _join(self) -> None:
+    def _join(self) -> int:
+        """Newcomers into the batch; returns how many."""
+        joined = len(self._joining)
         for seq in self._joining:
             seq.first_step = self.steps
             self.running[seq] = None
@@ -205,10 +211,12 @@ class DecodeWorker:
                 heapq.heappush(self._watch, (self.steps + count, next(self._order), seq, callback))
             seq.watchers.clear()
         self._joining.clear()
+        return joined
 
     def _loop(self):
+        last_step_end = self.env.now
         while True:
-            self._join()
+            joined = self._join()
             if not self.running:
                 self._arrived = self.env.event()
                 yield self._arrived
@@ -221,6 +229,9 @@ class DecodeWorker:
             self._context += n
             if self.on_tokens is not None and n:
                 self.on_tokens(n)
+            if self.on_step is not None and n > joined:
+                self.on_step(last_step_end, n - joined)
+            last_step_end = self.env.now
             while self._watch and self._watch[0][0] <= self.steps:
                 _, _, seq, callback = heapq.heappop(self._watch)
                 if not seq.cancelled:

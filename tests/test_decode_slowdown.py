@@ -278,3 +278,42 @@ def test_metrics_export_the_slowdown_and_the_bound_the_gate_weighs():
     bound = samples[("moa_device_warmup_decode_slowdown_weighed", "cpu")]
     assert slowdown == pytest.approx(0.09, abs=0.03) and 0 <= bound < slowdown - 0.03
     assert math.isnan(samples[("moa_device_warmup_decode_slowdown_weighed", "gpu0")])
+
+
+def test_a_step_of_n_streams_measures_what_n_chunks_do():
+    """DecodeSlowdown.steps (the simulator's decode steps, simulation/gate.py) against a chunk
+    per stream, on the same timeline: the same segments, estimate and standard error."""
+    clocks = FakeClock(), FakeClock()
+    by_chunk, by_step = (DecodeSlowdown(clock=c) for c in clocks)
+    streams = ("s1", "s2", "s3")
+
+    def at(t: float) -> None:
+        clocks[0].t = clocks[1].t = t
+
+    step_s, t = 0.05, 0.0
+    for segment in range(6):
+        slowdown = 0.2 + 0.05 * segment
+        previous = None
+        for step in range(40):
+            warm = step % 5 == 2
+            if warm:
+                by_chunk.warmup_started()
+                by_step.warmup_started()
+            t += step_s * (1 + slowdown if warm else 1)
+            at(t)
+            if warm:
+                by_chunk.warmup_ended()
+                by_step.warmup_ended()
+            for s in streams:
+                by_chunk.chunk(s)
+            if previous is not None:
+                by_step.steps(previous, len(streams))  # each stream's first chunk: no gap
+            previous = t
+        for s in streams:
+            by_chunk.stream_ended(s)
+        by_chunk.disturbed()
+        by_step.disturbed()
+    assert by_chunk.segments == by_step.segments == 6
+    assert by_step.slowdown() == pytest.approx(by_chunk.slowdown(), rel=1e-9)
+    assert by_step.stderr() == pytest.approx(by_chunk.stderr(), rel=1e-9)
+    assert 0.2 < by_step.slowdown() < 0.45

@@ -474,3 +474,41 @@ def test_a_plan_with_a_tp_group_is_simulated_on_its_gpus():
     two, busy_two = e2e("n:gpu0,1")
     assert two < one  # decode steps 1.6x faster on two GPUs
     assert busy_one["n:gpu1"] == 0 and busy_two["n:gpu1"] == pytest.approx(busy_two["n:gpu0"])
+
+
+def test_the_simulated_device_gate_weighs_the_slowdown_it_measures_as_the_router_does():
+    """Prefill and decode on one 2-core device whose co-run slowdown is 0.5 (both busy, each
+    runs at 1/1.5 of its speed): the simulated gate reads about that from its decode steps (the
+    router's meter, router/decode_slowdown.py, on the simulated clock) and, with questions
+    decoding beside each other, refuses warm-ups that do not pay for it (router/compute_device's
+    rule); by slots alone it admits them."""
+    cfg = tree(min_chunk=2)
+    workers = tuple(SimWorker("m", r, 0, "n:cpu") for r in ("prefill", "decode"))
+
+    def run(weighs: bool):
+        dep = SimDeployment(
+            workers,
+            {"n:cpu": 2},
+            "device",
+            {"m": (4096, 2048)},
+            "test",
+            co_run_slowdown=0.5,
+            gate_weighs_slowdown=weighs,
+        )
+        sim = Simulation([cfg], fast_prefill, dep, router_costs=RouterCosts())
+        work = [(from_config(cfg, f"q{i}"), 3, "pipelined", False) for i in range(40)]
+        return sim, sim.run(work, 4)
+
+    # Warm-ups shorter than a decode step (as on this CPU), so the meter sees cold steps too.
+    points = [
+        PrefillPoint(new_tokens=n, cached_tokens=0, seconds=0.005 + 1e-4 * n) for n in (16, 1024)
+    ]
+    model = model_profile().model_copy(update={"prefill": points})
+    fast_prefill = profile("cpu", 2).model_copy(update={"models": {"m": model}})
+
+    weighing, weighed = run(True)
+    _, by_slots = run(False)
+    meter = weighing.device_gates["m.decode0"].slowdown
+    assert meter.slowdown() == pytest.approx(0.5, abs=0.05)
+    warmups = [sum(r.agents["s"].warmups for r in out.rows) for out in (weighed, by_slots)]
+    assert 0 < warmups[0] < warmups[1]

@@ -6,7 +6,9 @@ concurrency 1 (4 questions) and 4 (8 questions), from the runs of tests/data/sim
 `moa-pd profile --co-run` measured on the same machine right after them (profile_cpu.json, also
 profiling/measured/cpu_2core_torch.json: measured, not fitted to these runs; fitting it to them
 would make the check circular). Targets: medians within ±10%, the #3÷#2 and #2÷#1 ratios within
-±0.05.
+±0.05. Stop 39's router admitted warm-ups by slots alone (the weighed gate came in stop 43), so
+the simulated gate does too here (`gate_by_slots`), and the warm-ups it predicts are checked
+against those measured.
 
 Seven checks miss the targets today and are held to their current error instead, so a change
 that makes them worse still fails (see KNOWN_MISSES for why)."""
@@ -48,12 +50,19 @@ def profile() -> Profile:
 
 @pytest.mark.parametrize("run", RUNS)
 def test_predicted_medians_and_ratios_match_the_measured_run(run, profile):
-    checks, ratios = check_run(DATA / run, profile)
+    checks, ratios = check_run(DATA / run, profile, gate_by_slots=True)
     assert {c.setting for c in checks} == ({2, 3} if run.startswith("mixed") else {1, 2, 3})
     for c in checks:
         bound = KNOWN_MISSES.get((run, f"#{c.setting}"), LATENCY_TOLERANCE)
         assert abs(c.error) <= bound, (
             f"{run} #{c.setting}: predicted {c.predicted_s:.2f}s vs measured {c.measured_s:.2f}s"
+        )
+        # The gate's admissions, as many as measured: within 20% or one warm-up a question
+        # (tree_c4 today: 13.5 predicted against 15.8 measured; mixed_c4 1.0 against 0.1).
+        slack = max(0.2 * c.measured_warmups, 1.0)
+        assert abs(c.predicted_warmups - c.measured_warmups) <= slack, (
+            f"{run} #{c.setting}: {c.predicted_warmups:.1f} warm-ups a question predicted vs "
+            f"{c.measured_warmups:.1f} measured"
         )
     for r in ratios:
         bound = KNOWN_MISSES.get((run, r.name), RATIO_TOLERANCE)
