@@ -317,3 +317,30 @@ def test_a_step_of_n_streams_measures_what_n_chunks_do():
     assert by_step.slowdown() == pytest.approx(by_chunk.slowdown(), rel=1e-9)
     assert by_step.stderr() == pytest.approx(by_chunk.stderr(), rel=1e-9)
     assert 0.2 < by_step.slowdown() < 0.45
+
+
+def test_a_reading_that_refuses_everything_ages_out_and_warmups_measure_again():
+    """Under load a gate that refuses every warm-up gets no new segment (each needs a warm-up):
+    the reading ages out after max_age_s, warm-ups are admitted by slots until a new one is
+    measured, and the new reading decides (here: the load's slowdown fell, so they pay)."""
+    clock = FakeClock()
+    device = ComputeDevice("cpu", slots=2)
+    device.slowdown = DecodeSlowdown(clock=clock, max_age_s=60.0)
+    for _ in range(6):
+        simulate(device.slowdown, clock, 3.0, 0.05, 0.3, every(3, 0.05))
+        device.slowdown.disturbed()
+    gate = PrefillGate()
+    device.attach("http://p", gate)
+    for q in ("q1", "q2", "q3", "q4"):
+        device.decode_started("http://d", q)
+    assert not gate.is_open(benefit=1 / 3)  # ~0.3 × 4 > 1/3
+    clock.t += 40.0  # no warm-up, no segment: the reading (its segments 40-55 s old) stands...
+    assert not gate.is_open(benefit=1 / 3) and device.slowdown.segments == 6
+    clock.t += 25.0  # ...until its newest segment is older than max_age_s
+    assert device.slowdown.slowdown() is None and device.slowdown.segments == 0
+    assert gate.is_open(benefit=1 / 3)  # by slots alone again
+    for _ in range(6):  # the warm-ups it admits measure the slowdown anew: 0.02 now
+        simulate(device.slowdown, clock, 3.0, 0.05, 0.02, every(3, 0.05))
+        device.slowdown.disturbed()
+    assert device.slowdown.slowdown() == pytest.approx(0.02, abs=0.02)
+    assert gate.is_open(benefit=1 / 3)  # ~0.02 × 4 ≤ 1/3
