@@ -109,6 +109,14 @@ def load_questions(
         raise ValueError(f"num_samples must be >= 0 or None, got {num_samples}")
     if offset < 0:
         raise ValueError(f"offset must be >= 0, got {offset}")
+    if "," in name_or_path:
+        mixed = interleaved(mix_members(name_or_path), cache_dir, shuffle_seed)
+        if offset and offset >= len(mixed):
+            raise ValueError(
+                f"dataset {name_or_path!r}: offset {offset} skips all of its {len(mixed)} "
+                f"questions; use an offset below {len(mixed)}"
+            )
+        return mixed[offset : None if num_samples is None else offset + num_samples]
     name, path = resolve(name_or_path)
     if name == "gpqa_diamond":
         rows = gpqa.read_rows(path)
@@ -129,6 +137,34 @@ def load_questions(
     # A question keeps its index in the file: ids that fall back to it stay the same however
     # the questions were drawn.
     return [_to_question(row, i, name, path) for i, row in indexed[offset:end]]
+
+
+def mix_members(spec: str) -> list[str]:
+    """The datasets of a mix `a,b,c` (names or paths), each once; ValueError naming what is
+    wrong."""
+    members = [m.strip() for m in spec.split(",")]
+    if any(not m for m in members) or len(set(members)) != len(members) or len(members) < 2:
+        raise ValueError(
+            f"dataset mix {spec!r}: name two or more different datasets, comma-separated "
+            "(e.g. gsm8k,mmlu,humaneval)"
+        )
+    for m in members:
+        resolve(m)  # an unknown name or a missing file fails here, naming it
+    return members
+
+
+def interleaved(
+    members: list[str], cache_dir: str | Path | None, shuffle_seed: int | None
+) -> list[Question]:
+    """A mixed-domain set: each member's questions (in its file's order, or its seeded shuffle),
+    taken one from each member in turn until all are used; a question keeps its own `dataset`
+    (its prompt and grading) and id. So any `num_samples` from the start is balanced across the
+    members, and two offsets of one seed are disjoint sets, as for one dataset."""
+    queues = [load_questions(m, None, cache_dir, shuffle_seed) for m in members]
+    out: list[Question] = []
+    for i in range(max(len(q) for q in queues)):
+        out.extend(q[i] for q in queues if i < len(q))
+    return out
 
 
 def _read_rows(path: Path, cache_dir: str | Path) -> list[dict[str, Any]]:

@@ -15,7 +15,7 @@ from pathlib import Path
 import aiohttp
 from tqdm import tqdm
 
-from experiments.datasets import Question, load_questions, resolve
+from experiments.datasets import Question, load_questions, mix_members, resolve
 from experiments.prompts import build_question_prompt
 from experiments.router_client import GraphRunError, RouterClient
 from experiments.router_load import RouterWindow, window, window_values
@@ -89,9 +89,11 @@ def check_votes(spec: RunSpec) -> None:
     from router.answers import has_answer
     from router.config_loader import load_config
 
-    dataset = resolve(spec.dataset)[0]
-    if has_answer(dataset):
+    members = mix_members(spec.dataset) if "," in spec.dataset else [spec.dataset]
+    unanswered = [name for name in (resolve(m)[0] for m in members) if not has_answer(name)]
+    if not unanswered:
         return
+    dataset = unanswered[0]
     for s in spec.settings:
         cfg = load_config(config_for(spec, s))
         dmv = s.early_exit and cfg.early_exit.method == "dmv"

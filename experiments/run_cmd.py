@@ -28,7 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="gsm8k, math500, aime2025, mmlu_prox_lite, ifbench, bbh, hmmt_feb_2025, mmlu, "
         "humaneval, gpqa_diamond (your copy: MOA_PD_GPQA_PATH), humaneval_plus (your copy: "
         "MOA_PD_HUMANEVAL_PLUS_PATH), or a path to a JSONL of id, question[, answer], to "
-        "GPQA's CSV or to a HumanEval/EvalPlus .jsonl[.gz]",
+        "GPQA's CSV or to a HumanEval/EvalPlus .jsonl[.gz]; several, comma-separated "
+        "(gsm8k,mmlu,humaneval): a mixed-domain set, one question of each in turn (each "
+        "shuffled by --shuffle-seed), each prompted and graded as its own dataset's",
     )
     p.add_argument("--num-samples", type=int, default=None, help="first N questions (default all)")
     p.add_argument(

@@ -52,6 +52,29 @@ def test_a_seeded_shuffle_spans_subjects_and_offsets_give_disjoint_sets() -> Non
         load_questions("mmlu", 1, offset=5700)
 
 
+def test_a_mix_takes_one_question_of_each_dataset_in_turn_and_keeps_their_own() -> None:
+    mix = load_questions("gsm8k,mmlu,humaneval", num_samples=9, shuffle_seed=3)
+    assert [q.dataset for q in mix] == ["gsm8k", "mmlu", "humaneval"] * 3
+    by_name = {n: load_questions(n, 3, shuffle_seed=3) for n in ("gsm8k", "mmlu", "humaneval")}
+    assert [q for q in mix if q.dataset == "mmlu"] == by_name["mmlu"]  # each its seeded shuffle
+    assert mix == load_questions("gsm8k,mmlu,humaneval", num_samples=9, shuffle_seed=3)
+    held = load_questions("gsm8k,mmlu,humaneval", num_samples=9, shuffle_seed=3, offset=9)
+    assert not {q.id for q in mix} & {q.id for q in held}
+    # Past the smallest member's end the others go on alone: every question once.
+    whole = load_questions("aime2025,humaneval")
+    assert len(whole) == 30 + 164 and len({q.id for q in whole}) == len(whole)
+    assert {q.dataset for q in whole[60:]} == {"humaneval"}
+    for bad, what in (
+        ("gsm8k,", "two or more different datasets"),
+        ("gsm8k,gsm8k", "two or more different datasets"),
+        ("gsm8k,nosuch", "unknown dataset 'nosuch'"),
+    ):
+        with pytest.raises(ValueError, match=what):
+            load_questions(bad, 1)
+    with pytest.raises(ValueError, match="offset 194 skips all of its 194 questions"):
+        load_questions("aime2025,humaneval", 1, offset=194)
+
+
 def test_extra_fields_survive_arrow() -> None:
     mmlu = load_questions("mmlu_prox_lite", num_samples=1)[0]
     assert mmlu.answer == "ABCDEFGHIJ"[mmlu.extra["answer_index"]]

@@ -156,6 +156,11 @@ def test_dmv_on_a_dataset_without_answers_is_refused_before_starting(tmp_path):
         RunSpec("tree_9_3_1_homo_dmv", None, "ifbench", 1, parse_settings("3"), 1, tmp_path)
     )  # without early exit nothing votes
     check_votes(RunSpec("tree_9_3_1_homo_dmv", None, "gsm8k", 1, parse_settings("4"), 1, tmp_path))
+    mixed = RunSpec(
+        "tree_9_3_1_homo_dmv", None, "gsm8k,ifbench", 2, parse_settings("4"), 1, tmp_path
+    )
+    with pytest.raises(ValueError, match="dataset 'ifbench' has no single answer"):
+        check_votes(mixed)  # one member without answers is enough
 
 
 def test_cli_run_bad_settings_exit_2(tmp_path):
