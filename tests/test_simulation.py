@@ -408,6 +408,33 @@ def test_simulate_command_takes_workflow_priority(capsys, tmp_path):
     assert medians[True] < 0.95 * medians[False]
 
 
+def test_simulate_and_validate_take_the_routers_start_order_and_gate(capsys):
+    import argparse
+
+    from simulation import command
+
+    p = argparse.ArgumentParser()
+    command.add_arguments(p)
+    base = ["--profile", "tests/data/simulation/profile_cpu.json", "--config", "tree_9_3_1_cpu"]
+    base += ["--settings", "3", "--concurrency", "4", "--questions", "4"]
+    flags = ["--critical-path-first", "--gate-by-slots"]
+    assert command.main(p.parse_args(base + flags)) == 0
+    assert "critical path first, gate by slots" in capsys.readouterr().out
+    # Stop 39's runs were measured by a router whose gate counted slots alone.
+    runs = ["tests/data/simulation/tree_c4"]
+    args = ["--profile", "tests/data/simulation/profile_cpu.json", "--validate", *runs]
+    command.main(p.parse_args([*args, "--gate-by-slots"]))
+    by_slots = capsys.readouterr().out
+    command.main(p.parse_args(args))
+    weighed = capsys.readouterr().out
+    cells = [
+        next(x for x in out.splitlines() if "#3" in x).split("│")[-2] for out in (by_slots, weighed)
+    ]
+    (measured, slots), (measured_too, weighs) = (map(float, c.split("/")) for c in cells)
+    assert measured == measured_too  # the same run
+    assert slots > weighs  # the weighed gate admits fewer
+
+
 def test_the_pd_path_carries_the_prompts_kv_bytes_over_the_measured_bandwidth():
     """A profile with the PD path per prompt length (`pd`) charges each request its prompt's KV
     transfer: the aggregator's final request (alone, nothing queued) reaches its first token
