@@ -276,6 +276,8 @@ def main() -> None:
         return
     if not (args.num_samples or args.c4_samples):
         ap.error("--num-samples and --c4-samples are both 0: nothing to run")
+    if "," in args.dataset:
+        ap.error("--dataset: one dataset (its overlap gain is reported per dataset), not a mix")
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     out.mkdir(parents=True, exist_ok=True)
     cfg = load_config(args.config)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,14 +59,14 @@ def one_line_on_interrupt(rows_file: Path) -> Iterator[None]:
     """Around a benchmark's `routers_over_one_deployment`: Ctrl-C or SIGTERM ends it with one
     line saying what it kept and exit status 130 (as `moa-pd run`), not a KeyboardInterrupt
     traceback. Outside that `with`, so the deployment and routers are down when it prints."""
+    started = time.time()
     try:
         yield
     except KeyboardInterrupt:
-        print(
-            f"interrupted: its workers and routers are stopped; the rows measured so far are in "
-            f"{rows_file}",
-            file=sys.stderr,
-        )
+        # A rows file older than this run is an earlier run's: this one measured nothing yet.
+        kept = rows_file.exists() and rows_file.stat().st_mtime >= started
+        where = f"the rows measured so far are in {rows_file}" if kept else "nothing measured yet"
+        print(f"interrupted: its workers and routers are stopped; {where}", file=sys.stderr)
         raise SystemExit(130) from None
 
 

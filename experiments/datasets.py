@@ -161,6 +161,15 @@ def interleaved(
     (its prompt and grading) and id. So any `num_samples` from the start is balanced across the
     members, and two offsets of one seed are disjoint sets, as for one dataset."""
     queues = [load_questions(m, None, cache_dir, shuffle_seed) for m in members]
+    # A run's rows, its resume and its blocks key on the question id: ids must not repeat.
+    seen: dict[str, str] = {}
+    for member, qs in zip(members, queues, strict=True):
+        for q in qs:
+            if seen.setdefault(q.id, member) != member:
+                raise ValueError(
+                    f"dataset mix {','.join(members)}: {seen[q.id]} and {member} share question "
+                    f"ids ({q.id!r}); mix datasets whose ids differ"
+                )
     out: list[Question] = []
     for i in range(max(len(q) for q in queues)):
         out.extend(q[i] for q in queues if i < len(q))

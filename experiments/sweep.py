@@ -67,7 +67,10 @@ def run_with_experiments_run(job: SweepJob) -> object:
 
 
 def _slug(text: str) -> str:
-    """A folder name: a config or dataset file's stem, or the text with odd characters as _."""
+    """A folder name: a config or dataset file's stem, or the text with odd characters as _;
+    a dataset mix (a,b): its members' slugs joined by +."""
+    if "," in text:
+        return "+".join(_slug(member) for member in text.split(","))
     name = Path(text).stem if text.endswith((".json", ".jsonl")) else text
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", name)
 

@@ -174,10 +174,10 @@ def stop_groups(pids: list[int], grace_s: float = 8.0) -> None:
             _reap(pid)
     deadline = time.monotonic() + grace_s
     while alive and time.monotonic() < deadline:
-        for pid in list(alive):
+        for pid in alive:
             _reap(pid)
-            if not live_group_members(pid):
-                alive.remove(pid)
+        running = _live_groups()  # one scan of the processes a pass, not one per group
+        alive = [pid for pid in alive if pid in running]
         if alive:
             time.sleep(0.1)
     for pid in alive:
@@ -197,14 +197,19 @@ def live_group_members(pgid: int) -> list[int]:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return []
-    members = []
+    return _live_groups().get(pgid, [])
+
+
+def _live_groups() -> dict[int, list[int]]:
+    """Every process group with a process that is not a zombie: its pids."""
+    groups: dict[int, list[int]] = {}
     for p in psutil.process_iter(["status"]):
         try:
-            if p.info["status"] != psutil.STATUS_ZOMBIE and os.getpgid(p.pid) == pgid:
-                members.append(p.pid)
-        except (ProcessLookupError, psutil.NoSuchProcess):
-            continue  # exited meanwhile
-    return members
+            if p.info["status"] != psutil.STATUS_ZOMBIE:
+                groups.setdefault(os.getpgid(p.pid), []).append(p.pid)
+        except (OSError, psutil.Error):
+            continue  # exited meanwhile, or not ours to ask
+    return groups
 
 
 def _reap(pid: int) -> None:

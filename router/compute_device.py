@@ -89,7 +89,10 @@ class ComputeDevice:
     def warmup_pays(self, benefit: float) -> bool:
         if not self.weigh_slowdown:
             return True
-        return warmup_pays(self.slowdown.shifted(self.z), len(self._questions), benefit)
+        if warmup_pays(self.slowdown.shifted(self.z), len(self._questions), benefit):
+            return True
+        self.slowdown.refused()  # a reading that refuses for long is measured again
+        return False
 
     def decode_started(self, url: str, question: object) -> None:
         """A decode stream of `question` (any hashable; a fresh object() when unknown) opened

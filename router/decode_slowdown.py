@@ -43,24 +43,27 @@ class DecodeSlowdown:
         min_expected: float = 10.0,
         min_part_s: float = 0.05,
         max_segment_s: float = 5.0,
-        max_age_s: float = 120.0,
+        remeasure_after_s: float = 120.0,
         clock: Callable[[], float] = time.perf_counter,
     ) -> None:
         """`window`: segments kept (the newest); below `min_segments` of them or `min_expected`
         steps expected beside warm-ups in all, the slowdown is unknown (None). A segment counts
-        only if its gaps spent at least `min_part_s` both with and without a warm-up, and only
-        for `max_age_s` after it ended: a gate that refuses every warm-up on a reading gets no
-        new segment (each needs a warm-up), so without an age the reading would stay as it was
-        for as long as the load lasts; once it has aged out, warm-ups are admitted by slots
-        again until a new one is measured (a re-measurement every `max_age_s` at most)."""
+        only if its gaps spent at least `min_part_s` both with and without a warm-up.
+        `remeasure_after_s`: a gate that refuses every warm-up on the reading gets no new
+        segment (each needs a warm-up), so the reading would stand for as long as the load
+        lasts; once it has refused for that long without a warm-up admitted (`refused`, each
+        refusal less than `max_segment_s` after the one before: a pause, such as a block of
+        another setting, starts the count again), it is forgotten, and warm-ups are admitted by
+        slots until a new one is measured."""
         if min_segments < 2:
             raise ValueError("min_segments must be at least 2: a standard error needs two")
         self._clock = clock
         self._min_segments, self._min_expected = min_segments, min_expected
         self._min_part_s, self._max_segment_s = min_part_s, max_segment_s
-        self._max_age_s = max_age_s
-        # (expected, actual, when it ended), oldest first
-        self._segments: deque[tuple[float, float, float]] = deque(maxlen=window)
+        self._remeasure_after_s = remeasure_after_s
+        self._refusing_since: float | None = None  # refusals since then, none admitted
+        self._last_refusal = -math.inf
+        self._segments: deque[tuple[float, float]] = deque(maxlen=window)  # (expected, actual)
         # The ratio and its standard error, computed when a segment is kept: the gate reads them
         # at every wake of a queued warm-up, the segments change a few times a second at most.
         self._estimate: tuple[float, float] | None = None
@@ -105,8 +108,20 @@ class DecodeSlowdown:
         """The open decode streams or the critical prefills on the device changed."""
         self._close(self._clock())
 
+    def refused(self) -> None:
+        """The gate refused a warm-up on this reading (router/compute_device.py)."""
+        now = self._clock()
+        if self._refusing_since is None or now - self._last_refusal > self._max_segment_s:
+            self._refusing_since = now
+        self._last_refusal = now
+        if now - self._refusing_since > self._remeasure_after_s:
+            self._segments.clear()
+            self._estimate = None
+            self._refusing_since = None
+
     def warmup_started(self) -> None:
         now = self._clock()
+        self._refusing_since = None
         self._roll(now)
         if self._warmups == 0:
             self._warm_since = now
@@ -122,7 +137,6 @@ class DecodeSlowdown:
     # --- what the device reads -------------------------------------------------------------------
     @property
     def segments(self) -> int:
-        self._age()
         return len(self._segments)
 
     def slowdown(self) -> float | None:
@@ -135,38 +149,28 @@ class DecodeSlowdown:
         """The slowdown `z` standard errors below its estimate (above for a negative `z`; never
         below 0), None while unknown: a confidence bound, which the gate may weigh instead of
         the estimate (router/compute_device.py)."""
-        self._age()
         if self._estimate is None:
             return None
         ratio, stderr = self._estimate
         return max(0.0, ratio - 1.0 - z * stderr)
 
     def stderr(self) -> float | None:
-        self._age()
         return None if self._estimate is None else self._estimate[1]
-
-    def _age(self) -> None:
-        """Drop the segments older than max_age_s (the estimate is recomputed when one goes)."""
-        oldest = self._clock() - self._max_age_s
-        if self._segments and self._segments[0][2] < oldest:
-            while self._segments and self._segments[0][2] < oldest:
-                self._segments.popleft()
-            self._estimate = self._ratio()
 
     def _ratio(self) -> tuple[float, float] | None:
         """Σ expected ÷ Σ actual over the kept segments and its standard error, by the delta
         method for a ratio of sums with the segment as the unit (each segment's residual
         expected − ratio × actual, scaled by Σ actual): a segment's steps are correlated, the
         segments far less so."""
-        expected = sum(e for e, _, _ in self._segments)
-        actual = sum(a for _, a, _ in self._segments)
+        expected = sum(e for e, _ in self._segments)
+        actual = sum(a for _, a in self._segments)
         n = len(self._segments)
         if n < self._min_segments or expected < self._min_expected:
             return None
         if actual <= 0:
             return float("inf"), 0.0
         ratio = expected / actual
-        squares = sum((e - ratio * a) ** 2 for e, a, _ in self._segments)
+        squares = sum((e - ratio * a) ** 2 for e, a in self._segments)
         return ratio, math.sqrt(n / (n - 1) * squares) / actual
 
     # --- segments --------------------------------------------------------------------------------
@@ -187,7 +191,7 @@ class DecodeSlowdown:
             r0 = self._cold_steps / self._cold_s
             expected = r0 * self._warm_s
             actual = self._warm_steps - r0 * self._warm_cold_s
-            self._segments.append((expected, actual, now))
+            self._segments.append((expected, actual))
             self._estimate = self._ratio()
         self._open(now)
 

@@ -63,7 +63,10 @@ class DeviceGate:
             return False
         if not self.weigh_slowdown:
             return True
-        return warmup_pays(self.slowdown.shifted(self.z), len(self.questions), benefit)
+        if warmup_pays(self.slowdown.shifted(self.z), len(self.questions), benefit):
+            return True
+        self.slowdown.refused()  # as the router: a reading that refuses for long is re-measured
+        return False
 
     def decode_started(self, worker: str, question: Hashable = None) -> None:
         """A decode stream of `question` opened on `worker` (as the router counts it: from the

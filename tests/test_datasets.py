@@ -75,6 +75,14 @@ def test_a_mix_takes_one_question_of_each_dataset_in_turn_and_keeps_their_own() 
         load_questions("aime2025,humaneval", 1, offset=194)
 
 
+def test_a_mix_whose_members_share_ids_is_refused(tmp_path) -> None:
+    """A run keys its rows, its resume and its blocks on question ids."""
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text('{"id": "gsm8k-test-0003", "question": "Two plus two?", "answer": "4"}\n')
+    with pytest.raises(ValueError, match="gsm8k and .*mine.jsonl share question ids"):
+        load_questions(f"gsm8k,{mine}", 2)
+
+
 def test_extra_fields_survive_arrow() -> None:
     mmlu = load_questions("mmlu_prox_lite", num_samples=1)[0]
     assert mmlu.answer == "ABCDEFGHIJ"[mmlu.extra["answer_index"]]

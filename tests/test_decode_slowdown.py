@@ -319,13 +319,15 @@ def test_a_step_of_n_streams_measures_what_n_chunks_do():
     assert 0.2 < by_step.slowdown() < 0.45
 
 
-def test_a_reading_that_refuses_everything_ages_out_and_warmups_measure_again():
+def test_a_reading_that_refuses_every_warmup_for_long_is_measured_again():
     """Under load a gate that refuses every warm-up gets no new segment (each needs a warm-up):
-    the reading ages out after max_age_s, warm-ups are admitted by slots until a new one is
-    measured, and the new reading decides (here: the load's slowdown fell, so they pay)."""
+    once it has refused for remeasure_after_s with none admitted, the reading is forgotten,
+    warm-ups are admitted by slots until a new one is measured, and the new reading decides
+    (here: the slowdown fell, so they pay). A pause between refusals (another setting's block,
+    no warm-up asked for) starts the count again."""
     clock = FakeClock()
     device = ComputeDevice("cpu", slots=2)
-    device.slowdown = DecodeSlowdown(clock=clock, max_age_s=60.0)
+    device.slowdown = DecodeSlowdown(clock=clock, remeasure_after_s=60.0)
     for _ in range(6):
         simulate(device.slowdown, clock, 3.0, 0.05, 0.3, every(3, 0.05))
         device.slowdown.disturbed()
@@ -333,12 +335,21 @@ def test_a_reading_that_refuses_everything_ages_out_and_warmups_measure_again():
     device.attach("http://p", gate)
     for q in ("q1", "q2", "q3", "q4"):
         device.decode_started("http://d", q)
-    assert not gate.is_open(benefit=1 / 3)  # ~0.3 × 4 > 1/3
-    clock.t += 40.0  # no warm-up, no segment: the reading (its segments 40-55 s old) stands...
-    assert not gate.is_open(benefit=1 / 3) and device.slowdown.segments == 6
-    clock.t += 25.0  # ...until its newest segment is older than max_age_s
+
+    def refusing_for(seconds: float) -> bool:
+        """Ask every second for `seconds`; whether every ask was refused."""
+        refused = True
+        for _ in range(int(seconds)):
+            refused &= not gate.is_open(benefit=1 / 3)
+            clock.t += 1.0
+        return refused
+
+    assert refusing_for(40)  # ~0.3 × 4 > 1/3
+    clock.t += 30.0  # a pause of 30 s without an ask: the count starts again...
+    assert refusing_for(55)  # ...so 125 s after the first refusal it still refuses
+    assert refusing_for(7)  # 61 s of refusals in a row...
     assert device.slowdown.slowdown() is None and device.slowdown.segments == 0
-    assert gate.is_open(benefit=1 / 3)  # by slots alone again
+    assert gate.is_open(benefit=1 / 3)  # ...and it is forgotten: by slots alone again
     for _ in range(6):  # the warm-ups it admits measure the slowdown anew: 0.02 now
         simulate(device.slowdown, clock, 3.0, 0.05, 0.02, every(3, 0.05))
         device.slowdown.disturbed()

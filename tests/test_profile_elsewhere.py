@@ -47,7 +47,9 @@ def test_validate_warns_on_stderr_and_still_validates(tmp_path, capsys):
     )
     path = tmp_path / "profile.json"
     other.dump(path)
-    args = argparse.Namespace(profile=[str(path)], runs=[str(DATA / "tree_c1")], concurrency=None)
+    args = argparse.Namespace(
+        profile=[str(path)], runs=[str(DATA / "tree_c1")], concurrency=None, gate_by_slots=True
+    )
     validate.main(args)
     out, err = capsys.readouterr()
     assert "may not fit this machine" in said(err) and "Imaginary CPU 9000" in said(err)

@@ -216,15 +216,20 @@ async def test_warmups_and_final_request_share_a_dp_rank(smollm_tokenizer_path, 
     try:
         async with RouterContext.open(cluster.spec) as ctx:
             result = await run(ctx, tree_config("tree_9_3_1_cpu", max_new_tokens=10), "pipelined")
-        ranks = set()
+        ranks, warmed = set(), 0
         for agent in ("agg_0", "agg_1", "agg_2", "final"):
             mine = [r for r in cluster.prefills[0].requests if f"-{agent}-" in r[P.RID]]
             t = result.trace[agent]
-            assert len(mine) == t["warmups"] + 1 >= 2
+            assert len(mine) == t["warmups"] + 1
             assert len({r["_rank"] for r in mine}) == 1, agent  # one rank, one radix cache
-            assert t["cached_tokens"] >= t["warmup_lengths"][-1]
+            if t["warmups"]:
+                warmed += 1
+                assert t["cached_tokens"] >= t["warmup_lengths"][-1]
             ranks.add(mine[0]["_rank"])
         assert ranks == {0, 1}  # four successors spread over both ranks
+        # A successor whose precursors all ended before the gate opened sends no warm-up (on a
+        # loaded machine one of the 10-token clusters can): several were warmed.
+        assert warmed >= 2
     finally:
         await cluster.close()
 

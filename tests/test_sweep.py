@@ -138,3 +138,9 @@ def test_cli_wires_the_sweep_subcommand(tmp_path, capsys):
     )
     assert cli_main(["sweep", str(spec_path)]) == 2
     assert "unknown key 'setings'; did you mean 'settings'" in said(capsys.readouterr().err)
+
+
+def test_a_dataset_mix_gets_a_folder_of_its_members():
+    assert sweep._slug("gsm8k,mmlu") == "gsm8k+mmlu"
+    assert sweep._slug("a/x.jsonl,b/y.jsonl") == "x+y"  # not y's folder
+    assert sweep._slug("b/y.jsonl") == "y"
