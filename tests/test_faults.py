@@ -30,7 +30,7 @@ from tests.deployment_procs import assert_ran_once_each, run_argv
 from tests.deployment_procs import tiny_config as write_tiny_config
 from tests.text_checks import said
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.deployment]
 
 
 @pytest.fixture(scope="module")

@@ -31,6 +31,7 @@ def _hosts(part: dict) -> set[str]:
 
 
 @pytest.mark.slow
+@pytest.mark.deployment
 def test_a_plan_over_two_nodes_answers_through_one_shell_router(tmp_path):
     config = tiny_config(tmp_path, model_path=tiny_model_dir("llama"))
     up = [*CLI, "up", "--plan", str(FIXTURE), "--config", config, "--detach"]

@@ -106,6 +106,7 @@ def _stealing_start(monkeypatch, names: set[str]) -> dict[str, int]:
 
 
 @pytest.mark.slow
+@pytest.mark.deployment
 def test_three_deployments_at_once_come_up_and_a_taken_port_is_replaced_everywhere(
     tmp_path, monkeypatch
 ):

@@ -9,7 +9,7 @@ from test_profile_units import _assert_sane
 from launch.cli import main
 from profiling.profile_file import Profile
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.deployment]
 
 
 def test_profile_of_a_tiny_model_on_the_reference_engine(tmp_path, capsys):

@@ -51,7 +51,7 @@ from tests.fuzz_table import (
     huge_body,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.deployment]
 ROOT = Path(__file__).resolve().parent.parent
 WORKER_ROUTES = [
     "/generate",

@@ -47,7 +47,7 @@ from tests.deployment_procs import (
     tiny_config,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.deployment]
 ROOT = Path(__file__).resolve().parent.parent
 KEY = "moa-test-" + secrets.token_hex(16)
 MSGS = [{"role": "user", "content": "What is 2+3?"}]

@@ -54,6 +54,7 @@ def check_trace(row) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.deployment
 def test_moa_pd_run_then_plot_on_real_processes(tmp_path):
     out = tmp_path / "run"
     rc = cli_main(

@@ -30,7 +30,7 @@ from tests.deployment_procs import (
     tiny_config,
 )
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.deployment]
 
 
 def _moa_pd(*argv: str, log: Path) -> subprocess.Popen:
