@@ -47,12 +47,13 @@ demo: $(STAMP)
 
 # Two pytest workers, each running whole files (module-scoped deployments stay shared): a serial
 # run keeps at most one core busy, waiting on its processes' start-ups much of the time.
-# xdist hands out files by test count, so the single-test process files (faults, stop_clean,
-# run_e2e) come last. Longest first (tried) paired every long file from the start: slower.
+# xdist hands out files by test count, so single-test process files come last. Longest first
+# (tried) paired every long file from the start: slower.
 # Three workers (tried): three process files at once filled 20 of 24 GiB and tests failed.
 # The tests marked `deployment` (a whole deployment driven as a user does: moa-pd up/run/down,
 # signals, kill -9, ports, two nodes, its HTTP surfaces; ~9 min of test time from a fresh clone)
-# run in `make test-deployment`, which CI runs after this: the exactness and logit tests stay here.
+# run in `make test-deployment`, which CI runs after this: the exactness and logit tests stay here
+# (tests/test_test_tiers.py). A command-line -m replaces pyproject's, so both name sglang_cpu.
 test: $(STAMP)
 	$(PY) -m pytest -q -n 2 --dist loadfile -m 'not sglang_cpu and not deployment'
 
