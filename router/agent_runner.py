@@ -59,6 +59,7 @@ class AgentRunner:
         self.job, self.ctx = job, ctx
         self.model = job.cfg.agent(job.agent_id).model
         self.dep = ctx.deployments[self.model]
+        self._warmups: WarmupLoop | None = None
 
     async def run(self) -> None:
         """Send the agent's request and stream its reply into the APC; raises on failure (a
@@ -93,6 +94,8 @@ class AgentRunner:
             job.trace.final_request_s = job.clock.now()
             await self._stream(self.dep.dual(body, target))
         finally:
+            if self._warmups is not None:
+                await self._warmups.settle()  # one may still be in flight beside the final request
             if target is not None:
                 self.dep.unpin(target)
 
@@ -122,7 +125,13 @@ class AgentRunner:
                 wait_s,
                 count,
                 critical_path_chance(job.cfg, job.agent_id),
+                caps={
+                    p: cap
+                    for p in prompt.pieces.slots
+                    if (cap := job.cfg.sampling_of(p).max_new_tokens) is not None
+                },
             )
+            self._warmups = loop
             ids = await loop.run()
         else:
             # Blocking: nothing goes out (and no dynamic slot is assigned) before every kept

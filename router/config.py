@@ -160,6 +160,12 @@ class IncrementalPrefill(_Strict):
     # this many new tokens that cost buys too little. It also bounds the un-warmed tail the final
     # request pays for, so it trades warm-ups per successor against exposed prefill.
     min_chunk_tokens: int = Field(default=32, gt=0)
+    # A precursor that will stop at its max_new_tokens is the one end the router can foresee.
+    # When the prompt waits on it alone, one last warm-up goes as it comes within one warm-up's
+    # worth of tokens of that cap (its measured token rate × the last warm-up's time), whatever
+    # min_chunk_tokens says, so the final request prefills only those tokens and the template's
+    # tail instead of up to min_chunk_tokens more (issue 28, item 4).
+    warm_before_cap: bool = True
 
 
 class AggregatorBypass(_Strict):

@@ -1,14 +1,17 @@
 """One successor's warm-up loop (pipelined mode): warm the static prefix, then extend the warmed
 prefix as precursor tokens arrive, one prefill-only request at a time and only through the target
 worker's PrefillGate, until every slot is complete. Called by the agent runner; returns the final
-prompt's token ids."""
+prompt's token ids the moment it is complete, even with a warm-up still in flight (`settle`
+awaits that one)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
-from collections.abc import Callable
+import math
+from collections.abc import Callable, Mapping
 
 from router.answer_cache import AnswerCache
 from router.config import IncrementalPrefill
@@ -29,9 +32,10 @@ def common_prefix_len(a: list[int], b: list[int]) -> int:
 
 
 def next_warmup(
-    warmed: list[int], ready: list[int], policy: IncrementalPrefill
+    warmed: list[int], ready: list[int], policy: IncrementalPrefill, last: bool = False
 ) -> list[int] | None:
-    """The prefix the next warm-up should carry, or None to wait for more tokens.
+    """The prefix the next warm-up should carry, or None to wait for more tokens. `last`: the
+    prompt's last precursor is about to stop at its cap, so whatever is new goes now (`ready`).
 
     Whatever of `warmed` is no longer a prefix of `ready` (a dropped slot moved later slots) is
     stale: the next warm-up re-extends from the longest valid prefix, and the radix cache
@@ -41,6 +45,8 @@ def next_warmup(
     new = len(ready) - valid
     if new <= 0:
         return None
+    if last:
+        return ready
     if policy.chunk_policy == "adaptive":
         # Self-clocking: all that arrived while the last warm-up ran, once it is worth a step.
         return ready if new >= policy.min_chunk_tokens else None
@@ -60,6 +66,12 @@ class WarmupLoop:
     ready to go queues at the gate by (its question's rank, when its successor started): under
     workflow priority an older question's warm-ups go first, else successors take turns in
     the order they started (router/priority.py).
+
+    The loop returns the complete prompt as soon as it is complete, not when the warm-up in
+    flight replies: the final request then goes out at once and its PD handshake overlaps that
+    warm-up's forward, whose KV the final request still finds in the radix cache (the worker
+    matches a prefix when it schedules a request, after the forward before it). `settle` awaits
+    that warm-up (its trace and gate slot); an error of it is moot then and only logged.
     """
 
     # Successors in the order their warm-ups started: a gate serves equal ranks in this order.
@@ -78,10 +90,13 @@ class WarmupLoop:
         precursor_wait_s: float,
         on_warmup: Callable[[int, dict], None] | None = None,
         benefit: float = 1.0,
+        caps: Mapping[str, int] | None = None,
     ) -> None:
         """`on_warmup(n_tokens, meta_info)` is called after each warm-up returned (metrics).
         `benefit`: the successor's chance of being on its question's critical path, which the
-        gate weighs against the decodes a warm-up slows (router/compute_device.py)."""
+        gate weighs against the decodes a warm-up slows (router/compute_device.py). `caps`:
+        the precursors' max_new_tokens, for the warm-up timed to a precursor's cap
+        (`policy.warm_before_cap`)."""
         self._prompt, self._apc, self._dep, self._target = prompt, apc, deployment, target
         self._gate = deployment.gate(target)
         self._key = (deployment.warmup_rank(target), next(self._arrivals))
@@ -90,6 +105,12 @@ class WarmupLoop:
         self._on_warmup, self._benefit = on_warmup, benefit
         # The APC changes this loop wakes for: its precursors' (and touches: drops, routing).
         self._watch = tuple(prompt.pieces.slots)
+        self._caps = dict(caps or {})
+        # The precursor the last warm-up was timed to the cap of (one such warm-up each), and
+        # each precursor's first sighting (seconds, tokens): its token rate since.
+        self._timed_to: str | None = None
+        self._first_seen: dict[str, tuple[float, int]] = {}
+        self._in_flight: asyncio.Future | None = None
 
     async def run(self) -> list[int]:
         """Warm until the prompt is complete; return the complete prompt."""
@@ -98,6 +119,16 @@ class WarmupLoop:
         finally:
             self._gate.unqueue(self._key)
 
+    async def settle(self) -> None:
+        """Await the warm-up still in flight when `run` returned, if any."""
+        task, self._in_flight = self._in_flight, None
+        if task is None:
+            return
+        try:
+            await asyncio.shield(task)
+        except Exception as e:  # noqa: BLE001 - the final request superseded it
+            log.debug("%s: a warm-up after the prompt completed failed: %r", self._rid_prefix, e)
+
     async def _run(self) -> list[int]:
         warmed: list[int] = []
         while True:
@@ -105,10 +136,11 @@ class WarmupLoop:
             state = self._prompt.state()
             if state.complete:
                 return state.ids
+            last = bool(warmed) and self._cap_within_a_warmup(state.last_open)
             if not warmed:
                 chunk = state.ids or None  # the static prefix, whatever the chunk policy
             else:
-                chunk = next_warmup(warmed, state.ids, self._policy)
+                chunk = next_warmup(warmed, state.ids, self._policy, last)
             if chunk is None:
                 self._gate.unqueue(self._key)  # nothing to send: let the others go first
                 await self._wait(seen, for_gate=False)
@@ -117,11 +149,66 @@ class WarmupLoop:
                 self._gate.queue(self._key, self._benefit)
                 await self._wait(seen, for_gate=True)
                 continue
-            try:
-                await self._warm(chunk)
-            finally:
-                self._gate.leave()
+            if last:
+                self._timed_to = state.last_open
+            task = asyncio.ensure_future(self._warm_and_leave(chunk))
+            if (ids := await self._until_warmed(task)) is not None:
+                self._in_flight = task
+                return ids
             warmed = chunk
+
+    async def _warm_and_leave(self, ids: list[int]) -> None:
+        try:
+            await self._warm(ids)
+        finally:
+            self._gate.leave()
+
+    async def _until_warmed(self, task: asyncio.Future) -> list[int] | None:
+        """Wait for the warm-up `task`; None once it replied (its error raised), or the complete
+        prompt as soon as a precursor's end completes it first (the task left running)."""
+        try:
+            while not task.done():
+                seen = self._apc.changes(self._watch)
+                _, ends = self._prompt.progress()
+                change = asyncio.ensure_future(self._apc.wait_change(seen, None, self._watch))
+                try:
+                    await asyncio.wait([task, change], return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    change.cancel()
+                if (
+                    not task.done()
+                    and self._prompt.progress()[1] != ends
+                    and (state := self._prompt.state()).complete
+                ):
+                    return state.ids
+        except BaseException:
+            task.cancel()  # cancelled, or a precursor failed: `_warm` aborts it on the worker
+            with contextlib.suppress(BaseException):
+                await task
+            raise
+        task.result()
+        return None
+
+    def _cap_within_a_warmup(self, precursor: str | None) -> bool:
+        """Whether `precursor`, the last one the prompt waits for, will reach its cap within the
+        tokens it streams during one warm-up (its rate since first seen × the last warm-up's
+        seconds): then the last warm-up goes now. Once per precursor; False where its cap,
+        its rate or a warm-up's time is not known yet."""
+        if (
+            precursor is None
+            or not self._policy.warm_before_cap
+            or precursor == self._timed_to
+            or (cap := self._caps.get(precursor)) is None
+            or not self._trace.warmup_spans
+        ):
+            return False
+        now, streamed = self._clock.now(), len(self._apc[precursor].output_ids)
+        t0, n0 = self._first_seen.setdefault(precursor, (now, streamed))
+        if now <= t0 or streamed <= n0:
+            return False
+        sent, replied = self._trace.warmup_spans[-1][:2]
+        lead = math.ceil((streamed - n0) / (now - t0) * (replied - sent))
+        return cap - streamed <= max(1, lead)
 
     async def _wait(self, seen: int, for_gate: bool) -> None:
         """Until what the loop does next can change. Waiting for tokens (not `for_gate`): any

@@ -28,10 +28,12 @@ SlotSource = Callable[[AgentAnswer], list[int]]
 class PromptState:
     """The prompt so far: `ids` is the longest token prefix the precursors' outputs determine
     now (every later state extends it unless a slot is dropped); `complete` once every kept slot
-    is done and `ids` is the whole prompt."""
+    is done and `ids` is the whole prompt. `last_open`: the precursor whose stream `ids` ends
+    in when it is the only kept one still streaming (its end completes the prompt), else None."""
 
     ids: list[int]
     complete: bool
+    last_open: str | None = None
 
 
 def token_source(eot_ids: frozenset[int]) -> SlotSource:
@@ -137,7 +139,10 @@ class SuccessorPrompt:
             answer = self._apc[self.order[pos]]
             ids += self._sources[answer.agent_id](answer)
             if not answer.done:
-                return PromptState(ids, False)
+                alone = (self._gate is None or self._gate.is_open) and all(
+                    self._apc[a].done for a in kept if a != answer.agent_id
+                )
+                return PromptState(ids, False, answer.agent_id if alone else None)
             ids += self.pieces.betweens[pos] if pos < len(kept) - 1 else self.pieces.tail
         if not kept:
             ids += self.pieces.tail

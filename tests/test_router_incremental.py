@@ -64,6 +64,9 @@ def test_next_warmup_policies():
     worth_4 = IncrementalPrefill(min_chunk_tokens=4)
     assert next_warmup(warmed, ready[:6], worth_4) is None
     assert next_warmup(warmed, ready, worth_4) == ready
+    # The last one before a precursor's cap carries whatever is new.
+    assert next_warmup(warmed, ready[:4], worth_4, last=True) == ready[:4]
+    assert next_warmup(ready, ready, worth_4, last=True) is None
     # Counted from the longest valid prefix: a dropped slot makes the stale tail new again.
     assert next_warmup([1, 2, 9, 9, 9], ready, worth_4) == ready
     fixed = IncrementalPrefill(chunk_policy="fixed", chunk_tokens=3)
@@ -113,6 +116,7 @@ async def run_loop(
 
             feeder = asyncio.create_task(feed())
             ids = await loop.run()
+            await loop.settle()
             await feeder
             # `cached`: what each warm-up reported, in order.
             return ids, trace, cluster.prefills[0], len(pieces.head), cached
@@ -301,3 +305,105 @@ async def test_a_closed_gate_does_not_time_out_while_precursors_progress(
             await asyncio.wait_for(task, 2)
         held.release()
         assert trace.warmups == 0
+
+
+async def feed_last_precursor(apc, c_tokens: int, delay_s: float) -> None:
+    """a and b end at once; then c streams `c_tokens` tokens, `delay_s` apart, and ends."""
+    for agent in "ab":
+        apc.append(agent, [900], [0.0], "")
+        apc.finish(agent)
+    for t in range(c_tokens):
+        await asyncio.sleep(delay_s)
+        apc.append("c", [1000 + t], [0.0], "")
+    apc.finish("c")
+
+
+@pytest.mark.parametrize("timed", [True, False])
+async def test_the_last_warmup_is_timed_to_the_last_precursors_cap(
+    smollm_tokenizer_path,  # noqa: F811
+    timed,
+):
+    """c, the last precursor, stops at its cap of 44 tokens. With min_chunk_tokens 32 the
+    warm-ups leave up to 31 of its tokens to the final request (here 32 - a, b and the markup
+    between them); timed to the cap (its rate × a warm-up's time, here ~1 token), one more
+    goes as it nears the cap and leaves about that many."""
+    cluster = await start_fake_cluster(smollm_tokenizer_path, prefill={"prefill_s_per_token": 1e-4})
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            tok = ctx.tokenizer("smollm2")
+            apc = AnswerCache(["a", "b", "c"])
+            pieces = build_pieces(tok, AGG, "q?")
+            prompt = SuccessorPrompt(
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
+            )
+            dep = ctx.deployments["smollm2"]
+            trace = AgentTrace(model="smollm2", layer=2)
+            policy = IncrementalPrefill(min_chunk_tokens=32, warm_before_cap=timed)
+            loop = WarmupLoop(
+                prompt,
+                apc,
+                dep,
+                dep.pick_prefill(),
+                policy,
+                trace,
+                Clock(),
+                "w-",
+                5.0,
+                caps={"a": 44, "b": 44, "c": 44},
+            )
+            for _ in range(100):  # the static prefix first
+                await asyncio.sleep(0.01)
+                if trace.warmups:
+                    break
+            run = asyncio.create_task(loop.run())
+            await asyncio.sleep(0.05)
+            await feed_last_precursor(apc, 44, 0.03)
+            ids = await asyncio.wait_for(run, 5)
+            await loop.settle()
+    finally:
+        await cluster.close()
+    c_left = len(ids) - len(pieces.tail) - trace.warmup_lengths[-1]
+    if timed:
+        assert 0 <= c_left <= 3, trace.warmup_lengths
+    else:
+        assert c_left >= 10, trace.warmup_lengths  # where min_chunk_tokens left it
+
+
+async def test_the_prompt_goes_out_while_the_last_warmup_is_in_flight(
+    smollm_tokenizer_path,  # noqa: F811
+):
+    """The last precursor ends while a warm-up is in the worker: `run` returns the complete
+    prompt then, not when the warm-up replies; `settle` awaits the warm-up, whose record and
+    gate slot are its own."""
+    cluster = await start_fake_cluster(smollm_tokenizer_path, prefill={"prefill_s_per_token": 0.04})
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            tok = ctx.tokenizer("smollm2")
+            apc = AnswerCache(["a", "b", "c"])
+            pieces = build_pieces(tok, AGG, "q?")
+            prompt = SuccessorPrompt(
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
+            )
+            dep = ctx.deployments["smollm2"]
+            target = dep.pick_prefill()
+            trace, clock = AgentTrace(model="smollm2", layer=2), Clock()
+            loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, clock, "w-", 5.0)
+            run = asyncio.create_task(loop.run())
+            # The static prefix (~27 tokens at 40 ms each) is in flight: every precursor ends.
+            for _ in range(100):
+                if dep.gate(target).warmups_in_flight:
+                    break
+                await asyncio.sleep(0.01)
+            assert trace.warmups == 0 and dep.gate(target).warmups_in_flight == 1
+            for agent in "abc":
+                apc.append(agent, [7], [0.0], "")
+                apc.finish(agent)
+            ids = await asyncio.wait_for(run, 0.5)
+            returned = clock.now()
+            assert trace.warmups == 0  # it has not replied yet
+            await loop.settle()
+            assert trace.warmups == 1 and trace.warmup_spans[0][1] > returned
+            assert dep.gate(target).warmups_in_flight == 0
+            assert ids == prompt.state().ids
+    finally:
+        await cluster.close()
