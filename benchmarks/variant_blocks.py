@@ -1,5 +1,5 @@
 """The loop the router-behaviour benchmarks share (bench_priority, bench_warmup_cost,
-bench_start_order): questions in blocks, each block through every variant's shell router in turn
+bench_start_order, bench_warmup_timing): questions in blocks, each block through every variant's shell router in turn
 (the order rotating per block, so no variant always runs first or last), on cold caches, N in
 flight; one row per question and variant, appended to a JSONL file as each block ends, so a run
 stopped midway keeps what it measured."""
@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import statistics
 import time
@@ -20,7 +21,7 @@ import numpy as np
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.bench_overlap import log
-from experiments.critical_path import breakdown
+from experiments.critical_path import breakdown, exposed_detail
 from experiments.datasets import Question
 from experiments.paired_stats import median_ci
 from experiments.prompts import build_question_prompt
@@ -79,7 +80,9 @@ async def run_block(
                 "in_flight_s": end - start,
                 "from_arrival_s": end - (t0 + at),
                 "critical_path": critical_path_parts(trace, end - start),
+                "exposed_detail": exposed_detail(trace_row(trace, end - start)),
                 "warmups": sum(a.get("warmups", 0) for a in trace.values()),
+                "outputs": outputs_digest(trace),
             }
 
         rows = await asyncio.gather(
@@ -89,13 +92,25 @@ async def run_block(
     return [{**r, "block_wall_s": wall} for r in rows]
 
 
-def critical_path_parts(trace: dict[str, dict], e2e_s: float) -> dict[str, float] | None:
-    """Seconds of each part of the critical path of a question the router answered with
-    `trace` (its agents' records) in `e2e_s`."""
-    row = ResultRow.model_validate(  # the breakdown reads the trace alone: any MoA setting
+def outputs_digest(trace: dict[str, dict]) -> str:
+    """A digest of every agent's output tokens: two runs of a question are token-identical,
+    agent for agent, when theirs are equal."""
+    outputs = {agent: a.get("output_ids", []) for agent, a in sorted(trace.items())}
+    return hashlib.sha256(json.dumps(outputs).encode()).hexdigest()[:16]
+
+
+def trace_row(trace: dict[str, dict], e2e_s: float) -> ResultRow:
+    """A results row around a question the router answered with `trace` (its agents' records)
+    in `e2e_s`, for the critical-path functions (they read the trace alone: any MoA setting)."""
+    return ResultRow.model_validate(
         {"sample_id": "-", "dataset": "-", "setting": 3, "e2e_s": e2e_s, "agents": trace}
     )
-    return breakdown(row)
+
+
+def critical_path_parts(trace: dict[str, dict], e2e_s: float) -> dict[str, float] | None:
+    """Seconds of each part of the critical path of a question the router answered with
+    `trace` in `e2e_s`."""
+    return breakdown(trace_row(trace, e2e_s))
 
 
 def latency_stats(rows: list[dict], key: str) -> str:

@@ -62,6 +62,29 @@ def breakdown(row: ResultRow) -> dict[str, float] | None:
     return parts
 
 
+def exposed_detail(row: ResultRow) -> dict[str, float] | None:
+    """Summed over the successors on the row's critical path: `uncached_tokens`, the tokens
+    each one's final request had to prefill itself (what warm-ups left: the last precursor's
+    un-warmed tail and the template's tail after it), and `send_wait_s`, from its last
+    precursor's end to its final request going out (the router's part: in pipelined mode, a
+    loop that waited for its last warm-up's reply). None when the trace lacks them."""
+    final = final_agent(row)
+    if final is None:
+        return None
+    out = {"uncached_tokens": 0.0, "send_wait_s": 0.0}
+    for agent_id in critical_path(row.agents, final):
+        a = row.agents[agent_id]
+        if not a.slot_order:
+            continue
+        ends = [row.agents[p].end_s for p in a.slot_order if p in row.agents]
+        ends = [e for e in ends if e is not None]
+        if a.prompt_tokens is None or a.cached_tokens is None or a.final_request_s is None:
+            return None
+        out["uncached_tokens"] += a.prompt_tokens - a.cached_tokens
+        out["send_wait_s"] += max(0.0, a.final_request_s - max(ends)) if ends else 0.0
+    return out
+
+
 @dataclass(slots=True)
 class OverlapGain:
     """Pipelined setting vs its blocking reference over the questions both ran without error."""

@@ -1,0 +1,56 @@
+"""bench_warmup_timing's report: realized ÷ possible of each pipelined variant against blocking,
+summed over the questions both ran in one block, the tokens the final requests prefilled, and
+how many questions were token-identical; and the config edit of the untimed variant."""
+
+from __future__ import annotations
+
+from benchmarks.bench_warmup_timing import report, untimed
+from router.config_loader import load_config
+
+
+def _row(q: str, variant: str, in_flight: float, exposed: float, uncached: float, outputs: str):
+    return {
+        "id": q,
+        "position": 0,
+        "variant": variant,
+        "block": {"a": 0, "b": 1}[q],
+        "concurrency": 1,
+        "block_wall_s": in_flight,
+        "in_flight_s": in_flight,
+        "warmups": 0 if variant == "#2" else 20,
+        "critical_path": {
+            "leaf_prefill": 3.0,
+            "exposed_prefill": exposed,
+            "decode": in_flight - 3.0 - exposed,
+            "other": 0.0,
+        },
+        "exposed_detail": {"uncached_tokens": uncached, "send_wait_s": 0.0},
+        "outputs": outputs,
+    }
+
+
+def test_report_sums_realized_over_possible_and_counts_identical_questions():
+    rows = [
+        _row("a", "#2", 40.0, 4.0, 1000, "x"),
+        _row("b", "#2", 50.0, 6.0, 1000, "y"),
+        # Untimed: 1 s and 2 s faster of 4 and 6 s possible: 0.30; b's tokens differ.
+        _row("a", "#3-untimed", 39.0, 1.5, 80, "x"),
+        _row("b", "#3-untimed", 48.0, 1.5, 90, "z"),
+        # Timed: 3 s and 5 s faster: 0.80.
+        _row("a", "#3", 37.0, 0.8, 30, "x"),
+        _row("b", "#3", 45.0, 0.8, 40, "y"),
+    ]
+    text = report(rows, {"command": "x", "load_before": "0", "load_after": "0"})
+    assert "| 1 | #3-untimed | 3.0 of 10.0 s | 0.30 | 1 of 2 |" in text
+    assert "| 1 | #3 | 8.0 of 10.0 s | 0.80 | 2 of 2 |" in text
+    # Medians of the tokens the final requests prefilled, and of the router's send wait.
+    assert "| 85.00 / 0.00 |" in text and "| 35.00 / 0.00 |" in text
+    assert "| 1 | #3 | all | 2 | 0.913 [0.900, 0.925] |" in text  # 37/40 and 45/50
+
+
+def test_the_untimed_variant_keeps_the_configs_other_warmup_settings():
+    edit = untimed("tree_9_3_1_cpu")
+    policy = load_config("tree_9_3_1_cpu").incremental_prefill
+    assert edit["incremental_prefill"]["warm_before_cap"] is False
+    assert edit["incremental_prefill"]["chunk_policy"] == policy.chunk_policy
+    assert policy.warm_before_cap  # the shipped default is the timed one
