@@ -14,6 +14,7 @@ token. Early exit: agents the trace marks killed (or that an exit rate draws) ar
 
 from __future__ import annotations
 
+import math
 import random
 from dataclasses import dataclass, field
 
@@ -234,42 +235,85 @@ class QuestionRun:
 
     def _warm(self, aid: str, prefill, gate):
         """router/incremental.py's WarmupLoop (adaptive or fixed chunks) until the prompt is
-        complete."""
+        complete: with `warm_before_cap`, one more warm-up as the last precursor nears its cap;
+        and the prompt goes out as soon as it is complete, a warm-up in flight left to reply."""
         policy = self.cfg.incremental_prefill
         warmed: Prompt | None = None
         # The router's gate order: its question's rank, then the order successors started.
         key = (self.rank, next(self.sim.warm_order))
         benefit = critical_path_chance(self.cfg, aid)  # weighed by a shared device's gate
+        step = policy.min_chunk_tokens if policy.chunk_policy == "adaptive" else policy.chunk_tokens
+        timed_to, warm_s = None, None
         while True:
             ready, complete = self.prompt(aid)
             if complete:
                 gate.unqueue(key)
                 return
+            last_open = self._last_open(aid)
+            to_lead = None if last_open == timed_to else self._tokens_to_lead(last_open, warm_s)
+            last = warmed is not None and to_lead is not None and to_lead <= 0
             if warmed is None:
                 chunk = ready
             else:
                 new = length(ready) - common_prefix(warmed, ready)
-                step = (
-                    policy.min_chunk_tokens
-                    if policy.chunk_policy == "adaptive"
-                    else (policy.chunk_tokens)
-                )
-                chunk = ready if new >= step and new > 0 else None
+                chunk = ready if (new >= step or last) and new > 0 else None
             if chunk is None:
                 gate.unqueue(key)  # nothing to send: let the others go first
-                self._wake_after(aid, step - new)  # the next chunk is `step - new` tokens away
+                # The next chunk is `step - new` tokens away, the cap's lead maybe sooner.
+                wake = step - new if to_lead is None else min(step - new, max(1, to_lead))
+                self._wake_after(aid, wake)
                 yield self._tokens[aid].wait()
                 continue
             if not gate.try_enter(key, benefit):
                 # Only its turn at the gate or the prompt completing changes what happens next.
                 yield self._ends[aid].wait() | gate.queue(key, benefit)
                 continue
+            if last:
+                timed_to = last_open
             self.sim.router.request()
+            sent = self.env.now
             job = prefill.submit(chunk, critical=False, rank=self.rank)
-            yield job.done
-            gate.leave()
-            warmed = chunk
-            self.state[aid].trace["warmups"] = self.state[aid].trace.get("warmups", 0) + 1
+            while not job.done.triggered:
+                yield job.done | self._ends[aid].wait()
+                if not job.done.triggered and self.prompt(aid)[1]:
+                    self.env.process(self._warm_reply(aid, job, gate))
+                    gate.unqueue(key)
+                    return
+            self._warm_reply_done(aid, gate)
+            warmed, warm_s = chunk, self.env.now - sent
+
+    def _warm_reply(self, aid: str, job, gate):
+        """A warm-up still in flight when its prompt completed: it replies beside the final
+        request."""
+        yield job.done
+        self._warm_reply_done(aid, gate)
+
+    def _warm_reply_done(self, aid: str, gate) -> None:
+        gate.leave()
+        self.state[aid].trace["warmups"] = self.state[aid].trace.get("warmups", 0) + 1
+
+    def _last_open(self, aid: str) -> str | None:
+        """The precursor `aid`'s prompt waits for when it is the only kept one still running."""
+        running = [
+            p
+            for p in self.work.agents[aid].precursors
+            if p not in self.dropped[aid] and not self.state[p].ended
+        ]
+        return running[0] if len(running) == 1 else None
+
+    def _tokens_to_lead(self, precursor: str | None, warm_s: float | None) -> int | None:
+        """Tokens until `precursor` is within one warm-up (`warm_s` at its rate so far) of its
+        cap, where the router times its last warm-up (`warm_before_cap`); None where it does
+        not (no cap, no rate or no warm-up time yet)."""
+        if precursor is None or warm_s is None or not self.cfg.incremental_prefill.warm_before_cap:
+            return None
+        cap = self.cfg.sampling_of(precursor).max_new_tokens
+        first = self.state[precursor].trace.get("first_token_s")
+        streamed = self._output_tokens(precursor)
+        if cap is None or first is None or streamed <= 1 or self._now() <= first:
+            return None
+        rate = (streamed - 1) / (self._now() - first)
+        return cap - max(1, math.ceil(rate * warm_s)) - streamed
 
     # --- early exit -----------------------------------------------------------------------------
     def _draw_exits(self) -> tuple[set[str], set[str]]:

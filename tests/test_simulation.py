@@ -61,7 +61,7 @@ def profile(kind: str = "cuda", cores: int | None = None) -> Profile:
     )
 
 
-def tree(min_chunk: int = 4096) -> TopologyConfig:
+def tree(min_chunk: int = 4096, timed: bool = False) -> TopologyConfig:
     return TopologyConfig.model_validate(
         {
             "name": "two_leaf",
@@ -76,7 +76,7 @@ def tree(min_chunk: int = 4096) -> TopologyConfig:
                 {"id": "b", "model": "m", "template": "l1", "sampling": {"max_new_tokens": 20}},
                 {"id": "s", "model": "m", "template": "agg", "sampling": {"max_new_tokens": 5}},
             ],
-            "incremental_prefill": {"min_chunk_tokens": min_chunk},
+            "incremental_prefill": {"min_chunk_tokens": min_chunk, "warm_before_cap": timed},
         }
     )
 
@@ -131,6 +131,14 @@ def test_blocking_and_pipelined_match_hand_computed_times():
     eager = run_one(tree(min_chunk=2), "pipelined")
     assert eager.agents["s"].cached_tokens > w["s"].pieces[0] + 10
     assert eager.e2e_s < piped.e2e_s
+
+    # Timed to b's cap (20): once a ended, b is the last open precursor, and one more warm-up
+    # goes within one warm-up's time (its rate × the first warm-up's seconds, ~4 tokens) of
+    # its cap, as the router's does; the final request leaves that warm-up in flight.
+    timed = run_one(tree(timed=True), "pipelined")
+    assert timed.agents["s"].warmups == 2
+    assert timed.agents["s"].cached_tokens > w["s"].pieces[0] + 10 + 10
+    assert timed.e2e_s < piped.e2e_s
 
 
 def test_continuous_batching_makes_decode_sublinear():
