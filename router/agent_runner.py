@@ -84,6 +84,7 @@ class AgentRunner:
         # warm-up's, or without warm-ups the final request's (then by the load of that moment).
         warms = job.pipelined and job.cfg.incremental_prefill.enabled
         target = self.dep.pick_prefill(job.arrival) if warms else None
+        answered = False
         try:
             if target is not None:
                 job.trace.prefill_replica = target.index
@@ -93,11 +94,16 @@ class AgentRunner:
                 job.trace.prefill_replica = target.index
             job.trace.final_request_s = job.clock.now()
             await self._stream(self.dep.dual(body, target))
+            answered = True
         finally:
-            if self._warmups is not None:
-                await self._warmups.settle()  # one may still be in flight beside the final request
-            if target is not None:
-                self.dep.unpin(target)
+            try:
+                if self._warmups is not None:
+                    # A warm-up may still be in flight beside the final request: awaited after
+                    # an answer, aborted on the worker when the agent was cancelled or failed.
+                    await self._warmups.settle(abort=not answered)
+            finally:
+                if target is not None:
+                    self.dep.unpin(target)
 
     async def _successor_prompt(self, target: PrefillTarget | None) -> list[int]:
         """The complete prompt: warmed on the way on `target` (pipelined with incremental

@@ -7,6 +7,7 @@ configs through `load_config`, so a bad file fails the same way everywhere.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Literal
 
@@ -163,9 +164,19 @@ class IncrementalPrefill(_Strict):
     # A precursor that will stop at its max_new_tokens is the one end the router can foresee.
     # When the prompt waits on it alone, one last warm-up goes as it comes within one warm-up's
     # worth of tokens of that cap (its measured token rate × the last warm-up's time), whatever
-    # min_chunk_tokens says, so the final request prefills only those tokens and the template's
-    # tail instead of up to min_chunk_tokens more (issue 28, item 4).
-    warm_before_cap: bool = True
+    # min_chunk_tokens or chunk_tokens say, so the final request prefills only those tokens and
+    # the template's tail instead of up to a chunk more (issue 28, item 4). Off by default: on
+    # 20 questions at concurrency 1 it cut the final requests' own tokens by 18% and hid no more
+    # of the critical path's prefill (what is left there is the PD handshake and the KV
+    # transfer); its questions ran a median 1.024× those without it (docs/benchmarks.md).
+    warm_before_cap: bool = False
+
+    @staticmethod
+    def cap_lead(rate_tok_s: float, warmup_s: float) -> int:
+        """Tokens before a precursor's cap at which `warm_before_cap`'s last warm-up goes: what
+        it streams at `rate_tok_s` during one warm-up of `warmup_s`, at least one. The router
+        and the simulator both time it by this."""
+        return max(1, math.ceil(rate_tok_s * warmup_s))
 
 
 class AggregatorBypass(_Strict):

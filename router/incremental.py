@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import itertools
 import logging
-import math
 from collections.abc import Callable, Mapping
 
 from router.answer_cache import AnswerCache
@@ -69,9 +68,12 @@ class WarmupLoop:
 
     The loop returns the complete prompt as soon as it is complete, not when the warm-up in
     flight replies: the final request then goes out at once and its PD handshake overlaps that
-    warm-up's forward, whose KV the final request still finds in the radix cache (the worker
-    matches a prefix when it schedules a request, after the forward before it). `settle` awaits
-    that warm-up (its trace and gate slot); an error of it is moot then and only logged.
+    warm-up's forward. The worker matches a request's prefix in the radix cache when it schedules
+    it, so the final request finds the warm-up's KV where that warm-up's forward ran first, and
+    recomputes that part where both were scheduled in one round; either way its tokens are the
+    same. A warm-up that no longer leads the complete prompt (a slot was dropped) is aborted.
+    `settle` awaits that warm-up (its trace and gate slot), or aborts it where the agent was
+    cancelled or failed; an error of it is moot then and only logged.
     """
 
     # Successors in the order their warm-ups started: a gate serves equal ranks in this order.
@@ -119,13 +121,20 @@ class WarmupLoop:
         finally:
             self._gate.unqueue(self._key)
 
-    async def settle(self) -> None:
-        """Await the warm-up still in flight when `run` returned, if any."""
+    async def settle(self, abort: bool = False) -> None:
+        """Await the warm-up still in flight when `run` returned, if any; `abort`: cancel it
+        first (`_warm` aborts it on the worker), for an agent that was cancelled or failed."""
         task, self._in_flight = self._in_flight, None
         if task is None:
             return
+        if abort:
+            task.cancel()
         try:
             await asyncio.shield(task)
+        except asyncio.CancelledError:
+            if not task.done():  # this coroutine was cancelled, not (only) the warm-up
+                task.cancel()
+                raise
         except Exception as e:  # noqa: BLE001 - the final request superseded it
             log.debug("%s: a warm-up after the prompt completed failed: %r", self._rid_prefix, e)
 
@@ -153,6 +162,8 @@ class WarmupLoop:
                 self._timed_to = state.last_open
             task = asyncio.ensure_future(self._warm_and_leave(chunk))
             if (ids := await self._until_warmed(task)) is not None:
+                if ids[: len(chunk)] != chunk:
+                    task.cancel()  # a dropped slot: this warm-up's KV leads nowhere now
                 self._in_flight = task
                 return ids
             warmed = chunk
@@ -175,6 +186,8 @@ class WarmupLoop:
                     await asyncio.wait([task, change], return_when=asyncio.FIRST_COMPLETED)
                 finally:
                     change.cancel()
+                if change.done() and not change.cancelled():
+                    change.result()  # SessionReleased and the like surface here, as in `_wait`
                 if (
                     not task.done()
                     and self._prompt.progress()[1] != ends
@@ -207,8 +220,7 @@ class WarmupLoop:
         if now <= t0 or streamed <= n0:
             return False
         sent, replied = self._trace.warmup_spans[-1][:2]
-        lead = math.ceil((streamed - n0) / (now - t0) * (replied - sent))
-        return cap - streamed <= max(1, lead)
+        return cap - streamed <= self._policy.cap_lead((streamed - n0) / (now - t0), replied - sent)
 
     async def _wait(self, seen: int, for_gate: bool) -> None:
         """Until what the loop does next can change. Waiting for tokens (not `for_gate`): any

@@ -14,7 +14,6 @@ token. Early exit: agents the trace marks killed (or that an exit rate draws) ar
 
 from __future__ import annotations
 
-import math
 import random
 from dataclasses import dataclass, field
 
@@ -313,7 +312,7 @@ class QuestionRun:
         if cap is None or first is None or streamed <= 1 or self._now() <= first:
             return None
         rate = (streamed - 1) / (self._now() - first)
-        return cap - max(1, math.ceil(rate * warm_s)) - streamed
+        return cap - self.cfg.incremental_prefill.cap_lead(rate, warm_s) - streamed
 
     # --- early exit -----------------------------------------------------------------------------
     def _draw_exits(self) -> tuple[set[str], set[str]]:

@@ -1,10 +1,10 @@
 """bench_warmup_timing's report: realized ÷ possible of each pipelined variant against blocking,
 summed over the questions both ran in one block, the tokens the final requests prefilled, and
-how many questions were token-identical; and the config edit of the untimed variant."""
+how many questions were token-identical; and the config edit of the timed variant."""
 
 from __future__ import annotations
 
-from benchmarks.bench_warmup_timing import report, untimed
+from benchmarks.bench_warmup_timing import report, timed
 from router.config_loader import load_config
 
 
@@ -33,24 +33,24 @@ def test_report_sums_realized_over_possible_and_counts_identical_questions():
     rows = [
         _row("a", "#2", 40.0, 4.0, 1000, "x"),
         _row("b", "#2", 50.0, 6.0, 1000, "y"),
-        # Untimed: 1 s and 2 s faster of 4 and 6 s possible: 0.30; b's tokens differ.
-        _row("a", "#3-untimed", 39.0, 1.5, 80, "x"),
-        _row("b", "#3-untimed", 48.0, 1.5, 90, "z"),
+        # Untimed (as shipped): 1 s and 2 s faster of 4 and 6 s possible: 0.30; b's tokens differ.
+        _row("a", "#3", 39.0, 1.5, 80, "x"),
+        _row("b", "#3", 48.0, 1.5, 90, "z"),
         # Timed: 3 s and 5 s faster: 0.80.
-        _row("a", "#3", 37.0, 0.8, 30, "x"),
-        _row("b", "#3", 45.0, 0.8, 40, "y"),
+        _row("a", "#3-timed", 37.0, 0.8, 30, "x"),
+        _row("b", "#3-timed", 45.0, 0.8, 40, "y"),
     ]
     text = report(rows, {"command": "x", "load_before": "0", "load_after": "0"})
-    assert "| 1 | #3-untimed | 3.0 of 10.0 s | 0.30 | 1 of 2 |" in text
-    assert "| 1 | #3 | 8.0 of 10.0 s | 0.80 | 2 of 2 |" in text
+    assert "| 1 | #3 | 3.0 of 10.0 s | 0.30 | 1 of 2 |" in text
+    assert "| 1 | #3-timed | 8.0 of 10.0 s | 0.80 | 2 of 2 |" in text
     # Medians of the tokens the final requests prefilled, and of the router's send wait.
     assert "| 85.00 / 0.00 |" in text and "| 35.00 / 0.00 |" in text
-    assert "| 1 | #3 | all | 2 | 0.913 [0.900, 0.925] |" in text  # 37/40 and 45/50
+    assert "| 1 | #3-timed | all | 2 | 0.913 [0.900, 0.925] |" in text  # 37/40 and 45/50
 
 
-def test_the_untimed_variant_keeps_the_configs_other_warmup_settings():
-    edit = untimed("tree_9_3_1_cpu")
+def test_the_timed_variant_keeps_the_configs_other_warmup_settings():
+    edit = timed("tree_9_3_1_cpu")
     policy = load_config("tree_9_3_1_cpu").incremental_prefill
-    assert edit["incremental_prefill"]["warm_before_cap"] is False
+    assert edit["incremental_prefill"]["warm_before_cap"] is True
     assert edit["incremental_prefill"]["chunk_policy"] == policy.chunk_policy
-    assert policy.warm_before_cap  # the shipped default is the timed one
+    assert not policy.warm_before_cap  # the shipped default is the untimed one

@@ -351,12 +351,12 @@ async def test_the_last_warmup_is_timed_to_the_last_precursors_cap(
                 5.0,
                 caps={"a": 44, "b": 44, "c": 44},
             )
+            run = asyncio.create_task(loop.run())
             for _ in range(100):  # the static prefix first
                 await asyncio.sleep(0.01)
                 if trace.warmups:
                     break
-            run = asyncio.create_task(loop.run())
-            await asyncio.sleep(0.05)
+            assert trace.warmups == 1
             await feed_last_precursor(apc, 44, 0.03)
             ids = await asyncio.wait_for(run, 5)
             await loop.settle()
@@ -404,6 +404,87 @@ async def test_the_prompt_goes_out_while_the_last_warmup_is_in_flight(
             await loop.settle()
             assert trace.warmups == 1 and trace.warmup_spans[0][1] > returned
             assert dep.gate(target).warmups_in_flight == 0
-            assert ids == prompt.state().ids
+            assert ids[-len(pieces.tail) :] == list(pieces.tail)  # the whole prompt, tail too
+            assert not cluster.prefills[0].aborted
+    finally:
+        await cluster.close()
+
+
+async def test_a_cancelled_agent_aborts_the_warmup_still_in_flight(
+    smollm_tokenizer_path,  # noqa: F811
+):
+    """`settle(abort=True)` (the agent was cancelled or its final request failed): the warm-up
+    in flight when the prompt completed is aborted on the worker, its gate slot freed, and it
+    is never counted as a warm-up."""
+    cluster = await start_fake_cluster(smollm_tokenizer_path, prefill={"prefill_s_per_token": 0.04})
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            tok = ctx.tokenizer("smollm2")
+            apc = AnswerCache(["a", "b", "c"])
+            pieces = build_pieces(tok, AGG, "q?")
+            prompt = SuccessorPrompt(
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
+            )
+            dep = ctx.deployments["smollm2"]
+            target = dep.pick_prefill()
+            trace = AgentTrace(model="smollm2", layer=2)
+            loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 5.0)
+            run = asyncio.create_task(loop.run())
+            for _ in range(100):
+                if dep.gate(target).warmups_in_flight:
+                    break
+                await asyncio.sleep(0.01)
+            for agent in "abc":
+                apc.append(agent, [7], [0.0], "")
+                apc.finish(agent)
+            await asyncio.wait_for(run, 0.5)
+            await asyncio.wait_for(loop.settle(abort=True), 2)
+            assert cluster.prefills[0].aborted == ["w-0"]
+            assert trace.warmups == 0 and dep.gate(target).warmups_in_flight == 0
+    finally:
+        await cluster.close()
+
+
+async def test_a_warmup_that_no_longer_leads_the_prompt_is_aborted(
+    smollm_tokenizer_path,  # noqa: F811
+):
+    """The prompt completes because the slot a warm-up in flight carried was dropped (early
+    exit cut its agent): that warm-up's KV leads nowhere, so it is aborted, not left to run
+    beside the final request."""
+    cluster = await start_fake_cluster(smollm_tokenizer_path, prefill={"prefill_s_per_token": 0.04})
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            tok = ctx.tokenizer("smollm2")
+            apc, dropped = AnswerCache(["a", "b", "c"]), set()
+            pieces = build_pieces(tok, AGG, "q?")
+            prompt = SuccessorPrompt(
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, dropped
+            )
+            dep = ctx.deployments["smollm2"]
+            target = dep.pick_prefill()
+            trace = AgentTrace(model="smollm2", layer=2)
+            loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 5.0)
+            for agent in "bc":
+                apc.append(agent, [7], [0.0], "")
+                apc.finish(agent)
+            run = asyncio.create_task(loop.run())
+            for _ in range(300):  # the static prefix replies
+                await asyncio.sleep(0.01)
+                if trace.warmups:
+                    break
+            apc.append("a", list(range(900, 940)), [0.0] * 40, "")
+            for _ in range(100):  # a warm-up with a's tokens goes
+                await asyncio.sleep(0.01)
+                if dep.gate(target).warmups_in_flight:
+                    break
+            assert trace.warmups == 1 and dep.gate(target).warmups_in_flight == 1
+            dropped.add("a")  # as Session.drop_slots does
+            apc.touch()
+            ids = await asyncio.wait_for(run, 0.5)
+            await asyncio.wait_for(loop.settle(), 2)
+            a_tokens = list(range(900, 940))
+            assert not any(ids[i : i + 40] == a_tokens for i in range(len(ids)))
+            assert cluster.prefills[0].aborted == ["w-1"] and trace.warmups == 1
+            assert dep.gate(target).warmups_in_flight == 0
     finally:
         await cluster.close()
