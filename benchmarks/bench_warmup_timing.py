@@ -7,16 +7,16 @@ cap (`incremental_prefill.warm_before_cap`), on whole questions. One worker depl
 - `#3`: pipelined as shipped, warm-ups every `min_chunk_tokens` only, so the final request
   prefills up to that many of its last precursor's tokens itself;
 - `#3-timed`: pipelined with `warm_before_cap: true`, one more warm-up as the last precursor
-  nears its cap.
-
-Both #3 variants send the final request the moment the prompt is complete, beside a warm-up
-still in flight (router/incremental.py); this benchmark does not separate that from the rest.
+  nears its cap;
+- `#3-waits`: pipelined with `final_beside_warmup: false`: the final request waits for the reply
+  of a warm-up still in flight when the prompt completed (the others send it at once, beside
+  that warm-up).
 Per concurrency N the questions run in blocks, N in flight, through each router in turn on cold
 caches (the order rotating per block; `--block 1` at concurrency 1 pairs every question in
 back-to-back runs). Reports per variant the throughput, the in-flight latency, the warm-ups per
 question, the critical path's median parts and, summed over its successors, the tokens their
 final requests prefilled themselves and the router's wait between a last precursor's end and
-the request; per #3 variant against #2, realized ÷ possible (Σ over questions: #2's exposed
+the request; per pipelined variant against #2, realized ÷ possible (Σ over questions: #2's exposed
 prefill is possible, #2 − #3 realized) and the per-question ratios and how many questions were
 token-identical to #2. Writes OUT/warmup_timing.jsonl and OUT/bench_warmup_timing.md.
 
@@ -55,18 +55,21 @@ from router.config_loader import resolve_config_path
 VARIANTS = {
     "#2": Variant("blocking"),
     "#3": Variant("pipelined"),
-    "#3-timed": Variant("pipelined"),  # its config edit is made from the config (`timed`)
+    "#3-timed": Variant("pipelined"),  # the config edits of these two: `policy_edit`
+    "#3-waits": Variant("pipelined"),
 }
+# Each edited variant's incremental_prefill fields.
+EDITS = {"#3-timed": {"warm_before_cap": True}, "#3-waits": {"final_beside_warmup": False}}
 DEFAULT_VARIANTS = tuple(VARIANTS)
 REFERENCE = "#2"
 DETAIL = ("uncached_tokens", "send_wait_s")
 
 
-def timed(config: str) -> dict:
-    """The config edit of `#3-timed`: its `incremental_prefill` as it is, with the warm-up timed
-    to a cap on (an edit replaces a top-level key whole, so it keeps the other fields)."""
+def policy_edit(config: str, variant: str) -> dict:
+    """The config edit of an edited variant: the config's `incremental_prefill` as it is, with
+    that variant's fields (an edit replaces a top-level key whole, so it keeps the others)."""
     raw = json.loads(resolve_config_path(config).read_text(encoding="utf-8"))
-    return {"incremental_prefill": {**raw.get("incremental_prefill", {}), "warm_before_cap": True}}
+    return {"incremental_prefill": {**raw.get("incremental_prefill", {}), **EDITS[variant]}}
 
 
 def realized_over_possible(rows: list[dict], variant: str) -> tuple[float, float] | None:
@@ -155,7 +158,7 @@ def main() -> None:
     questions = load_questions(args.dataset, args.offset + args.num_samples)[args.offset :]
     bench = BenchRun("benchmarks.bench_warmup_timing")
     overrides = {name: v.overrides for name, v in variants.items()}
-    edits = {"#3-timed": timed(args.config)} if "#3-timed" in variants else {}
+    edits = {name: policy_edit(args.config, name) for name in EDITS if name in variants}
     # The deployment `moa-pd run --concurrency N` starts: the workers as the config has them.
     with (
         one_line_on_interrupt(out / "warmup_timing.jsonl"),

@@ -170,6 +170,10 @@ class IncrementalPrefill(_Strict):
     # of the critical path's prefill (what is left there is the PD handshake and the KV
     # transfer); its questions ran a median 1.024× those without it (docs/benchmarks.md).
     warm_before_cap: bool = False
+    # The final request goes out the moment the prompt is complete, beside a warm-up still in
+    # flight (whose KV it finds where that warm-up's forward ran first); false waits for that
+    # warm-up's reply first, as before stop 49, for the ablation in bench_warmup_timing.
+    final_beside_warmup: bool = True
 
     @staticmethod
     def cap_lead(rate_tok_s: float, warmup_s: float) -> int:

@@ -189,7 +189,8 @@ class WarmupLoop:
                 if change.done() and not change.cancelled():
                     change.result()  # SessionReleased and the like surface here, as in `_wait`
                 if (
-                    not task.done()
+                    self._policy.final_beside_warmup
+                    and not task.done()
                     and self._prompt.progress()[1] != ends
                     and (state := self._prompt.state()).complete
                 ):

@@ -274,7 +274,7 @@ class QuestionRun:
             job = prefill.submit(chunk, critical=False, rank=self.rank)
             while not job.done.triggered:
                 yield job.done | self._ends[aid].wait()
-                if not job.done.triggered and self.prompt(aid)[1]:
+                if policy.final_beside_warmup and not job.done.triggered and self.prompt(aid)[1]:
                     self.env.process(self._warm_reply(aid, job, gate))
                     gate.unqueue(key)
                     return

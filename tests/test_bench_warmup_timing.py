@@ -1,10 +1,10 @@
 """bench_warmup_timing's report: realized ÷ possible of each pipelined variant against blocking,
 summed over the questions both ran in one block, the tokens the final requests prefilled, and
-how many questions were token-identical; and the config edit of the timed variant."""
+how many questions were token-identical; and the config edits of the timed and waiting variants."""
 
 from __future__ import annotations
 
-from benchmarks.bench_warmup_timing import report, timed
+from benchmarks.bench_warmup_timing import policy_edit, report
 from router.config_loader import load_config
 
 
@@ -48,9 +48,12 @@ def test_report_sums_realized_over_possible_and_counts_identical_questions():
     assert "| 1 | #3-timed | all | 2 | 0.913 [0.900, 0.925] |" in text  # 37/40 and 45/50
 
 
-def test_the_timed_variant_keeps_the_configs_other_warmup_settings():
-    edit = timed("tree_9_3_1_cpu")
+def test_the_edited_variants_keep_the_configs_other_warmup_settings():
     policy = load_config("tree_9_3_1_cpu").incremental_prefill
-    assert edit["incremental_prefill"]["warm_before_cap"] is True
-    assert edit["incremental_prefill"]["chunk_policy"] == policy.chunk_policy
-    assert not policy.warm_before_cap  # the shipped default is the untimed one
+    timed = policy_edit("tree_9_3_1_cpu", "#3-timed")["incremental_prefill"]
+    waits = policy_edit("tree_9_3_1_cpu", "#3-waits")["incremental_prefill"]
+    assert timed["warm_before_cap"] is True and "final_beside_warmup" not in timed
+    assert waits["final_beside_warmup"] is False and "warm_before_cap" not in waits
+    assert timed["chunk_policy"] == waits["chunk_policy"] == policy.chunk_policy
+    # The shipped defaults are the edits' opposites: untimed, the final request at once.
+    assert not policy.warm_before_cap and policy.final_beside_warmup

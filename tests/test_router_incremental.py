@@ -410,6 +410,42 @@ async def test_the_prompt_goes_out_while_the_last_warmup_is_in_flight(
         await cluster.close()
 
 
+async def test_without_final_beside_warmup_the_prompt_waits_for_the_warmup_in_flight(
+    smollm_tokenizer_path,  # noqa: F811
+):
+    """`final_beside_warmup: false` (the ablation): the prompt completes while a warm-up is in
+    the worker, and `run` returns it only once that warm-up replied."""
+    cluster = await start_fake_cluster(smollm_tokenizer_path, prefill={"prefill_s_per_token": 0.04})
+    try:
+        async with RouterContext.open(cluster.spec) as ctx:
+            tok = ctx.tokenizer("smollm2")
+            apc = AnswerCache(["a", "b", "c"])
+            pieces = build_pieces(tok, AGG, "q?")
+            prompt = SuccessorPrompt(
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
+            )
+            dep = ctx.deployments["smollm2"]
+            target = dep.pick_prefill()
+            trace, clock = AgentTrace(model="smollm2", layer=2), Clock()
+            policy = IncrementalPrefill(min_chunk_tokens=1, final_beside_warmup=False)
+            loop = WarmupLoop(prompt, apc, dep, target, policy, trace, clock, "w-", 5.0)
+            run = asyncio.create_task(loop.run())
+            for _ in range(100):
+                if dep.gate(target).warmups_in_flight:
+                    break
+                await asyncio.sleep(0.01)
+            for agent in "abc":
+                apc.append(agent, [7], [0.0], "")
+                apc.finish(agent)
+            await asyncio.wait_for(run, 5)
+            returned = clock.now()
+            assert trace.warmups == 1 and trace.warmup_spans[0][1] <= returned
+            await loop.settle()  # nothing left in flight
+            assert trace.warmups == 1 and not cluster.prefills[0].aborted
+    finally:
+        await cluster.close()
+
+
 async def test_a_cancelled_agent_aborts_the_warmup_still_in_flight(
     smollm_tokenizer_path,  # noqa: F811
 ):
