@@ -90,6 +90,15 @@ def _medians(rows: list[dict], key: str, fields: tuple[str, ...]) -> str:
     return " / ".join(f"{statistics.median(k[f] for k in known):.2f}" for f in fields)
 
 
+def _router_load(rows: list[dict]) -> str:
+    """The router's CPU seconds per question and event-loop lag p99 (ms), medians over the
+    blocks (variant_blocks.warmup_fields; "-" for rows from before it measured them)."""
+    blocks = {r["block"]: r for r in rows}.values()
+    cpu = [b["router_cpu_s_per_q"] for b in blocks if "router_cpu_s_per_q" in b]
+    lag = [b["router_lag_p99_s"] * 1e3 for b in blocks if "router_lag_p99_s" in b]
+    return " / ".join(f"{statistics.median(v):.2f}" if v else "-" for v in (cpu, lag))
+
+
 def report(rows: list[dict], meta: dict) -> str:
     lines = [
         "# The last warm-up timed to the last precursor's cap, against blocking",
@@ -99,9 +108,10 @@ def report(rows: list[dict], meta: dict) -> str:
         (
             "| N | variant | questions | throughput q/s | in flight: mean / median / p90 s "
             f"| warm-ups per question | critical path, median s ({' / '.join(PARTS)}) "
-            "| successors on it: tokens prefilled by the final request / send wait s, median |"
+            "| successors on it: tokens prefilled by the final request / send wait s, median "
+            "| router CPU s per question / event-loop lag p99 ms, median of blocks |"
         ),
-        "|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     ratios, gains = [], []
     for n in sorted({r["concurrency"] for r in rows}):
@@ -115,7 +125,7 @@ def report(rows: list[dict], meta: dict) -> str:
                 f"| {n} | {variant} | {len(mine)} | {throughput(mine):.4f} "
                 f"| {latency_stats(mine, 'in_flight_s')} | {warm:.1f} "
                 f"| {_medians(mine, 'critical_path', PARTS)} "
-                f"| {_medians(mine, 'exposed_detail', DETAIL)} |"
+                f"| {_medians(mine, 'exposed_detail', DETAIL)} | {_router_load(mine)} |"
             )
         for variant in VARIANTS:
             if variant == REFERENCE or not any(r["variant"] == variant for r in at_n):

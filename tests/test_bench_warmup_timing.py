@@ -5,7 +5,10 @@ how many questions were token-identical; and the config edits of the timed and w
 from __future__ import annotations
 
 from benchmarks.bench_warmup_timing import policy_edit, report
+from benchmarks.variant_blocks import warmup_fields
 from router.config_loader import load_config
+
+META = {"command": "x", "load_before": "0", "load_after": "0"}
 
 
 def _row(q: str, variant: str, in_flight: float, exposed: float, uncached: float, outputs: str):
@@ -40,7 +43,7 @@ def test_report_sums_realized_over_possible_and_counts_identical_questions():
         _row("a", "#3-timed", 37.0, 0.8, 30, "x"),
         _row("b", "#3-timed", 45.0, 0.8, 40, "y"),
     ]
-    text = report(rows, {"command": "x", "load_before": "0", "load_after": "0"})
+    text = report(rows, META)
     assert "| 1 | #3 | 3.0 of 10.0 s | 0.30 | 1 of 2 |" in text
     assert "| 1 | #3-timed | 8.0 of 10.0 s | 0.80 | 2 of 2 |" in text
     # Medians of the tokens the final requests prefilled, and of the router's send wait.
@@ -57,3 +60,28 @@ def test_the_edited_variants_keep_the_configs_other_warmup_settings():
     assert timed["chunk_policy"] == waits["chunk_policy"] == policy.chunk_policy
     # The shipped defaults are the edits' opposites: untimed, the final request at once.
     assert not policy.warm_before_cap and policy.final_beside_warmup
+
+
+def test_a_blocks_router_load_is_its_cpu_per_question_and_its_lag_p99():
+    """warmup_fields from two /metrics readings (router_metrics' keys): CPU seconds per question
+    and the lag p99 of the block's own probe wakes (cumulative buckets differenced), which the
+    report prints as medians over blocks."""
+    before = {"warmups": 10.0, "router_cpu_s": 5.0, "lag_le.0.001": 90.0, "lag_le.0.01": 100.0}
+    before["lag_count"] = 100.0
+    # The block: 200 wakes, 197 within 1 ms, 3 within 10 ms (p99 is the 198th: 10 ms).
+    after = {"warmups": 30.0, "router_cpu_s": 13.0, "lag_le.0.001": 287.0, "lag_le.0.01": 300.0}
+    after.update({"lag_count": 300.0, "slowdown.cpu": 0.02})
+    f = warmup_fields(before, after, 4)
+    assert f == {
+        "warmups_per_q": 5.0,
+        "slowdown.cpu": 0.02,
+        "router_cpu_s_per_q": 2.0,
+        "router_lag_p99_s": 0.01,
+    }
+    rows = [
+        {**_row("a", "#2", 40.0, 4.0, 1000, "x"), **f},
+        {**_row("b", "#2", 50.0, 6.0, 1000, "y"), **f, "router_cpu_s_per_q": 4.0},
+    ]
+    assert "| 3.00 / 10.00 |" in report(rows, META)
+    # Rows from before the router's load was measured print "-".
+    assert "| - / - |" in report([_row("a", "#2", 40.0, 4.0, 1000, "x")], META)
