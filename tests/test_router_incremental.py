@@ -30,22 +30,26 @@ ADAPTIVE = IncrementalPrefill(min_chunk_tokens=1)
 
 
 @contextlib.asynccontextmanager
-async def one_successor(tok_path, agents=("a", "b", "c")):
-    """A fake cluster and one successor "agg" of precursors a, b, c (an APC holding `agents`),
-    its prefill target picked: what a WarmupLoop needs."""
-    cluster = await start_fake_cluster(tok_path)
+async def one_successor(tok_path, agents=("a", "b", "c"), prefill_s_per_token: float = 0.0):
+    """A fake cluster (its prefill worker taking `prefill_s_per_token` a new token) and one
+    successor "agg" of precursors a, b, c (an APC holding `agents`; `dropped`, its dropped
+    slots), its prefill target picked: what a WarmupLoop needs."""
+    cluster = await start_fake_cluster(
+        tok_path, prefill={"prefill_s_per_token": prefill_s_per_token}
+    )
     try:
         async with RouterContext.open(cluster.spec) as ctx:
             tok = ctx.tokenizer("smollm2")
-            apc = AnswerCache(list(agents))
+            apc, dropped = AnswerCache(list(agents)), set()
             pieces = build_pieces(tok, AGG, "q?")
             prompt = SuccessorPrompt(
-                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
+                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, dropped
             )
             dep = ctx.deployments["smollm2"]
             yield SimpleNamespace(
                 cluster=cluster,
                 apc=apc,
+                dropped=dropped,
                 pieces=pieces,
                 prompt=prompt,
                 dep=dep,
@@ -54,6 +58,20 @@ async def one_successor(tok_path, agents=("a", "b", "c")):
             )
     finally:
         await cluster.close()
+
+
+async def until(condition, tries: int = 100) -> None:
+    """Poll `condition` every 10 ms, at most `tries` times (the caller asserts what it needs)."""
+    for _ in range(tries):
+        if condition():
+            return
+        await asyncio.sleep(0.01)
+
+
+def end_with_one_token(apc: AnswerCache, agents: str) -> None:
+    for agent in agents:
+        apc.append(agent, [7], [0.0], "")
+        apc.finish(agent)
 
 
 def test_next_warmup_policies():
@@ -327,46 +345,23 @@ async def test_the_last_warmup_is_timed_to_the_last_precursors_cap(
     warm-ups leave up to 31 of its tokens to the final request (here 32 - a, b and the markup
     between them); timed to the cap (its rate × a warm-up's time, here ~1 token), one more
     goes as it nears the cap and leaves about that many."""
-    cluster = await start_fake_cluster(smollm_tokenizer_path, prefill={"prefill_s_per_token": 1e-4})
-    try:
-        async with RouterContext.open(cluster.spec) as ctx:
-            tok = ctx.tokenizer("smollm2")
-            apc = AnswerCache(["a", "b", "c"])
-            pieces = build_pieces(tok, AGG, "q?")
-            prompt = SuccessorPrompt(
-                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
-            )
-            dep = ctx.deployments["smollm2"]
-            trace = AgentTrace(model="smollm2", layer=2)
-            policy = IncrementalPrefill(min_chunk_tokens=32, warm_before_cap=timed)
-            loop = WarmupLoop(
-                prompt,
-                apc,
-                dep,
-                dep.pick_prefill(),
-                policy,
-                trace,
-                Clock(),
-                "w-",
-                5.0,
-                caps={"a": 44, "b": 44, "c": 44},
-            )
-            run = asyncio.create_task(loop.run())
-            for _ in range(100):  # the static prefix first
-                await asyncio.sleep(0.01)
-                if trace.warmups:
-                    break
-            assert trace.warmups == 1
-            await feed_last_precursor(apc, 44, 0.03)
-            ids = await asyncio.wait_for(run, 5)
-            await loop.settle()
-    finally:
-        await cluster.close()
-    c_left = len(ids) - len(pieces.tail) - trace.warmup_lengths[-1]
+    async with one_successor(smollm_tokenizer_path, prefill_s_per_token=1e-4) as t:
+        policy = IncrementalPrefill(min_chunk_tokens=32, warm_before_cap=timed)
+        caps = {"a": 44, "b": 44, "c": 44}
+        loop = WarmupLoop(
+            t.prompt, t.apc, t.dep, t.target, policy, t.trace, Clock(), "w-", 5.0, caps=caps
+        )
+        run = asyncio.create_task(loop.run())
+        await until(lambda: t.trace.warmups)  # the static prefix first
+        assert t.trace.warmups == 1
+        await feed_last_precursor(t.apc, 44, 0.03)
+        ids = await asyncio.wait_for(run, 5)
+        await loop.settle()
+    c_left = len(ids) - len(t.pieces.tail) - t.trace.warmup_lengths[-1]
     if timed:
-        assert 0 <= c_left <= 3, trace.warmup_lengths
+        assert 0 <= c_left <= 3, t.trace.warmup_lengths
     else:
-        assert c_left >= 10, trace.warmup_lengths  # where min_chunk_tokens left it
+        assert c_left >= 10, t.trace.warmup_lengths  # where min_chunk_tokens left it
 
 
 async def test_the_prompt_goes_out_while_the_last_warmup_is_in_flight(
@@ -375,39 +370,22 @@ async def test_the_prompt_goes_out_while_the_last_warmup_is_in_flight(
     """The last precursor ends while a warm-up is in the worker: `run` returns the complete
     prompt then, not when the warm-up replies; `settle` awaits the warm-up, whose record and
     gate slot are its own."""
-    cluster = await start_fake_cluster(smollm_tokenizer_path, prefill={"prefill_s_per_token": 0.04})
-    try:
-        async with RouterContext.open(cluster.spec) as ctx:
-            tok = ctx.tokenizer("smollm2")
-            apc = AnswerCache(["a", "b", "c"])
-            pieces = build_pieces(tok, AGG, "q?")
-            prompt = SuccessorPrompt(
-                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
-            )
-            dep = ctx.deployments["smollm2"]
-            target = dep.pick_prefill()
-            trace, clock = AgentTrace(model="smollm2", layer=2), Clock()
-            loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, clock, "w-", 5.0)
-            run = asyncio.create_task(loop.run())
-            # The static prefix (~27 tokens at 40 ms each) is in flight: every precursor ends.
-            for _ in range(100):
-                if dep.gate(target).warmups_in_flight:
-                    break
-                await asyncio.sleep(0.01)
-            assert trace.warmups == 0 and dep.gate(target).warmups_in_flight == 1
-            for agent in "abc":
-                apc.append(agent, [7], [0.0], "")
-                apc.finish(agent)
-            ids = await asyncio.wait_for(run, 0.5)
-            returned = clock.now()
-            assert trace.warmups == 0  # it has not replied yet
-            await loop.settle()
-            assert trace.warmups == 1 and trace.warmup_spans[0][1] > returned
-            assert dep.gate(target).warmups_in_flight == 0
-            assert ids[-len(pieces.tail) :] == list(pieces.tail)  # the whole prompt, tail too
-            assert not cluster.prefills[0].aborted
-    finally:
-        await cluster.close()
+    async with one_successor(smollm_tokenizer_path, prefill_s_per_token=0.04) as t:
+        gate, clock = t.dep.gate(t.target), Clock()
+        loop = WarmupLoop(t.prompt, t.apc, t.dep, t.target, ADAPTIVE, t.trace, clock, "w-", 5.0)
+        run = asyncio.create_task(loop.run())
+        # The static prefix (~27 tokens at 40 ms each) is in flight: every precursor ends.
+        await until(lambda: gate.warmups_in_flight)
+        assert t.trace.warmups == 0 and gate.warmups_in_flight == 1
+        end_with_one_token(t.apc, "abc")
+        ids = await asyncio.wait_for(run, 0.5)
+        returned = clock.now()
+        assert t.trace.warmups == 0  # it has not replied yet
+        await loop.settle()
+        assert t.trace.warmups == 1 and t.trace.warmup_spans[0][1] > returned
+        assert gate.warmups_in_flight == 0
+        assert ids[-len(t.pieces.tail) :] == list(t.pieces.tail)  # the whole prompt, tail too
+        assert not t.cluster.prefills[0].aborted
 
 
 async def test_without_final_beside_warmup_the_prompt_waits_for_the_warmup_in_flight(
@@ -415,35 +393,18 @@ async def test_without_final_beside_warmup_the_prompt_waits_for_the_warmup_in_fl
 ):
     """`final_beside_warmup: false` (the ablation): the prompt completes while a warm-up is in
     the worker, and `run` returns it only once that warm-up replied."""
-    cluster = await start_fake_cluster(smollm_tokenizer_path, prefill={"prefill_s_per_token": 0.04})
-    try:
-        async with RouterContext.open(cluster.spec) as ctx:
-            tok = ctx.tokenizer("smollm2")
-            apc = AnswerCache(["a", "b", "c"])
-            pieces = build_pieces(tok, AGG, "q?")
-            prompt = SuccessorPrompt(
-                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
-            )
-            dep = ctx.deployments["smollm2"]
-            target = dep.pick_prefill()
-            trace, clock = AgentTrace(model="smollm2", layer=2), Clock()
-            policy = IncrementalPrefill(min_chunk_tokens=1, final_beside_warmup=False)
-            loop = WarmupLoop(prompt, apc, dep, target, policy, trace, clock, "w-", 5.0)
-            run = asyncio.create_task(loop.run())
-            for _ in range(100):
-                if dep.gate(target).warmups_in_flight:
-                    break
-                await asyncio.sleep(0.01)
-            for agent in "abc":
-                apc.append(agent, [7], [0.0], "")
-                apc.finish(agent)
-            await asyncio.wait_for(run, 5)
-            returned = clock.now()
-            assert trace.warmups == 1 and trace.warmup_spans[0][1] <= returned
-            await loop.settle()  # nothing left in flight
-            assert trace.warmups == 1 and not cluster.prefills[0].aborted
-    finally:
-        await cluster.close()
+    async with one_successor(smollm_tokenizer_path, prefill_s_per_token=0.04) as t:
+        gate, clock = t.dep.gate(t.target), Clock()
+        policy = IncrementalPrefill(min_chunk_tokens=1, final_beside_warmup=False)
+        loop = WarmupLoop(t.prompt, t.apc, t.dep, t.target, policy, t.trace, clock, "w-", 5.0)
+        run = asyncio.create_task(loop.run())
+        await until(lambda: gate.warmups_in_flight)
+        end_with_one_token(t.apc, "abc")
+        await asyncio.wait_for(run, 5)
+        returned = clock.now()
+        assert t.trace.warmups == 1 and t.trace.warmup_spans[0][1] <= returned
+        await loop.settle()  # nothing left in flight
+        assert t.trace.warmups == 1 and not t.cluster.prefills[0].aborted
 
 
 async def test_a_cancelled_agent_aborts_the_warmup_still_in_flight(
@@ -452,33 +413,16 @@ async def test_a_cancelled_agent_aborts_the_warmup_still_in_flight(
     """`settle(abort=True)` (the agent was cancelled or its final request failed): the warm-up
     in flight when the prompt completed is aborted on the worker, its gate slot freed, and it
     is never counted as a warm-up."""
-    cluster = await start_fake_cluster(smollm_tokenizer_path, prefill={"prefill_s_per_token": 0.04})
-    try:
-        async with RouterContext.open(cluster.spec) as ctx:
-            tok = ctx.tokenizer("smollm2")
-            apc = AnswerCache(["a", "b", "c"])
-            pieces = build_pieces(tok, AGG, "q?")
-            prompt = SuccessorPrompt(
-                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, set()
-            )
-            dep = ctx.deployments["smollm2"]
-            target = dep.pick_prefill()
-            trace = AgentTrace(model="smollm2", layer=2)
-            loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 5.0)
-            run = asyncio.create_task(loop.run())
-            for _ in range(100):
-                if dep.gate(target).warmups_in_flight:
-                    break
-                await asyncio.sleep(0.01)
-            for agent in "abc":
-                apc.append(agent, [7], [0.0], "")
-                apc.finish(agent)
-            await asyncio.wait_for(run, 0.5)
-            await asyncio.wait_for(loop.settle(abort=True), 2)
-            assert cluster.prefills[0].aborted == ["w-0"]
-            assert trace.warmups == 0 and dep.gate(target).warmups_in_flight == 0
-    finally:
-        await cluster.close()
+    async with one_successor(smollm_tokenizer_path, prefill_s_per_token=0.04) as t:
+        gate = t.dep.gate(t.target)
+        loop = WarmupLoop(t.prompt, t.apc, t.dep, t.target, ADAPTIVE, t.trace, Clock(), "w-", 5.0)
+        run = asyncio.create_task(loop.run())
+        await until(lambda: gate.warmups_in_flight)
+        end_with_one_token(t.apc, "abc")
+        await asyncio.wait_for(run, 0.5)
+        await asyncio.wait_for(loop.settle(abort=True), 2)
+        assert t.cluster.prefills[0].aborted == ["w-0"]
+        assert t.trace.warmups == 0 and gate.warmups_in_flight == 0
 
 
 async def test_a_warmup_that_no_longer_leads_the_prompt_is_aborted(
@@ -487,40 +431,20 @@ async def test_a_warmup_that_no_longer_leads_the_prompt_is_aborted(
     """The prompt completes because the slot a warm-up in flight carried was dropped (early
     exit cut its agent): that warm-up's KV leads nowhere, so it is aborted, not left to run
     beside the final request."""
-    cluster = await start_fake_cluster(smollm_tokenizer_path, prefill={"prefill_s_per_token": 0.04})
-    try:
-        async with RouterContext.open(cluster.spec) as ctx:
-            tok = ctx.tokenizer("smollm2")
-            apc, dropped = AnswerCache(["a", "b", "c"]), set()
-            pieces = build_pieces(tok, AGG, "q?")
-            prompt = SuccessorPrompt(
-                "agg", pieces, {s: token_source(tok.eot_ids) for s in "abc"}, apc, dropped
-            )
-            dep = ctx.deployments["smollm2"]
-            target = dep.pick_prefill()
-            trace = AgentTrace(model="smollm2", layer=2)
-            loop = WarmupLoop(prompt, apc, dep, target, ADAPTIVE, trace, Clock(), "w-", 5.0)
-            for agent in "bc":
-                apc.append(agent, [7], [0.0], "")
-                apc.finish(agent)
-            run = asyncio.create_task(loop.run())
-            for _ in range(300):  # the static prefix replies
-                await asyncio.sleep(0.01)
-                if trace.warmups:
-                    break
-            apc.append("a", list(range(900, 940)), [0.0] * 40, "")
-            for _ in range(100):  # a warm-up with a's tokens goes
-                await asyncio.sleep(0.01)
-                if dep.gate(target).warmups_in_flight:
-                    break
-            assert trace.warmups == 1 and dep.gate(target).warmups_in_flight == 1
-            dropped.add("a")  # as Session.drop_slots does
-            apc.touch()
-            ids = await asyncio.wait_for(run, 0.5)
-            await asyncio.wait_for(loop.settle(), 2)
-            a_tokens = list(range(900, 940))
-            assert not any(ids[i : i + 40] == a_tokens for i in range(len(ids)))
-            assert cluster.prefills[0].aborted == ["w-1"] and trace.warmups == 1
-            assert dep.gate(target).warmups_in_flight == 0
-    finally:
-        await cluster.close()
+    async with one_successor(smollm_tokenizer_path, prefill_s_per_token=0.04) as t:
+        gate = t.dep.gate(t.target)
+        loop = WarmupLoop(t.prompt, t.apc, t.dep, t.target, ADAPTIVE, t.trace, Clock(), "w-", 5.0)
+        end_with_one_token(t.apc, "bc")
+        run = asyncio.create_task(loop.run())
+        await until(lambda: t.trace.warmups, tries=300)  # the static prefix replies
+        a_tokens = list(range(900, 940))
+        t.apc.append("a", a_tokens, [0.0] * 40, "")
+        await until(lambda: gate.warmups_in_flight)  # a warm-up with a's tokens goes
+        assert t.trace.warmups == 1 and gate.warmups_in_flight == 1
+        t.dropped.add("a")  # as Session.drop_slots does
+        t.apc.touch()
+        ids = await asyncio.wait_for(run, 0.5)
+        await asyncio.wait_for(loop.settle(), 2)
+        assert not any(ids[i : i + 40] == a_tokens for i in range(len(ids)))
+        assert t.cluster.prefills[0].aborted == ["w-1"] and t.trace.warmups == 1
+        assert gate.warmups_in_flight == 0
