@@ -27,7 +27,7 @@ from experiments.paired_stats import median_ci
 from experiments.prompts import build_question_prompt
 from experiments.results import ResultRow
 from experiments.router_client import RouterClient
-from experiments.router_load import lag_quantile
+from experiments.router_load import window, window_values
 from experiments.run import flush_worker_caches
 
 
@@ -120,16 +120,12 @@ def latency_stats(rows: list[dict], key: str) -> str:
     return f"{statistics.mean(xs):.1f} / {statistics.median(xs):.1f} / {np.percentile(xs, 90):.1f}"
 
 
-LAG = "moa_router_event_loop_lag_seconds"  # router/metrics.py's histogram
-
-
-async def router_metrics(url: str) -> dict[str, float]:
-    """The shell router's warm-ups sent (all models), each device's measured slowdown, its
-    process's CPU seconds and its event loop's lag histogram (cumulative `lag_le.BOUND` counts
-    and `lag_count`; router/loop_lag.py)."""
+async def router_metrics(url: str) -> dict:
+    """The shell router's warm-ups sent (all models) and each device's measured slowdown, from
+    its /metrics; and its load counters (`stats`: `GET /v1/moa/stats`, None where it has none)."""
     async with aiohttp.ClientSession() as s, s.get(f"{url}/metrics") as resp:
         text = await resp.text()
-    out: dict[str, float] = {"warmups": 0.0}
+    out: dict = {"warmups": 0.0}
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "moa_warmups_total":
@@ -138,33 +134,26 @@ async def router_metrics(url: str) -> dict[str, float]:
                 out[f"slowdown.{sample.labels['device']}"] = sample.value
             elif sample.name == "moa_device_warmup_decode_slowdown_weighed":
                 out[f"slowdown_weighed.{sample.labels['device']}"] = sample.value
-            elif sample.name == "moa_router_cpu_seconds_total":
-                out["router_cpu_s"] = sample.value
-            elif sample.name == f"{LAG}_bucket" and sample.labels["le"] != "+Inf":
-                out[f"lag_le.{sample.labels['le']}"] = sample.value
-            elif sample.name == f"{LAG}_count":
-                out["lag_count"] = sample.value
+    async with RouterClient(url) as client:
+        out["stats"] = await client.stats()
     return out
 
 
 def warmup_fields(before: dict, after: dict, questions: int) -> dict:
     """A block's warm-ups per question, the slowdown each device measured at its end, and the
-    router's CPU seconds per question and event-loop lag p99 over the block (where its
-    /metrics has them)."""
+    router's CPU seconds per question and event-loop lag p99 over the block (where it has
+    /v1/moa/stats). The block's window is the router's alone (`alone=True`): one variant runs
+    on it at a time, so all it did meanwhile is this block's questions."""
     warmups = (after["warmups"] - before["warmups"]) / questions
     out = {
         "warmups_per_q": warmups,
         **{k: v for k, v in after.items() if k.startswith(("slowdown.", "slowdown_weighed."))},
     }
-    if "router_cpu_s" in after and "router_cpu_s" in before:
-        out["router_cpu_s_per_q"] = (after["router_cpu_s"] - before["router_cpu_s"]) / questions
-    bounds = sorted((k for k in after if k.startswith("lag_le.")), key=lambda k: float(k[7:]))
-    if bounds and "lag_count" in after:
-        counts = [int(after[k] - before.get(k, 0.0)) for k in bounds]
-        total = int(after["lag_count"] - before.get("lag_count", 0.0))
-        p99 = lag_quantile([float(k[7:]) for k in bounds], counts, total, 0.99)
-        if p99 is not None:
-            out["router_lag_p99_s"] = p99
+    load = window_values(window(before.get("stats"), after.get("stats"), alone=True))
+    if load["router_cpu_s"] is not None:
+        out["router_cpu_s_per_q"] = load["router_cpu_s"] / questions
+    if load["router_lag_p99_s"] is not None:
+        out["router_lag_p99_s"] = load["router_lag_p99_s"]
     return out
 
 

@@ -63,14 +63,17 @@ def test_the_edited_variants_keep_the_configs_other_warmup_settings():
 
 
 def test_a_blocks_router_load_is_its_cpu_per_question_and_its_lag_p99():
-    """warmup_fields from two /metrics readings (router_metrics' keys): CPU seconds per question
-    and the lag p99 of the block's own probe wakes (cumulative buckets differenced), which the
-    report prints as medians over blocks."""
-    before = {"warmups": 10.0, "router_cpu_s": 5.0, "lag_le.0.001": 90.0, "lag_le.0.01": 100.0}
-    before["lag_count"] = 100.0
+    """warmup_fields from two router readings (router_metrics' keys, `stats` as GET
+    /v1/moa/stats answers): CPU seconds per question and the lag p99 of the block's own probe
+    wakes (cumulative buckets differenced), which the report prints as medians over blocks."""
+
+    def stats(time_s: float, cpu_s: float, counts: list[int], count: int) -> dict:
+        lag = {"le": [0.001, 0.01], "counts": counts, "count": count, "sum": 0.0}
+        return {"boot_id": "b", "time_s": time_s, "cpu_s": cpu_s, "event_loop_lag": lag}
+
+    before = {"warmups": 10.0, "stats": stats(0.0, 5.0, [90, 100], 100)}
     # The block: 200 wakes, 197 within 1 ms, 3 within 10 ms (p99 is the 198th: 10 ms).
-    after = {"warmups": 30.0, "router_cpu_s": 13.0, "lag_le.0.001": 287.0, "lag_le.0.01": 300.0}
-    after.update({"lag_count": 300.0, "slowdown.cpu": 0.02})
+    after = {"warmups": 30.0, "stats": stats(60.0, 13.0, [287, 300], 300), "slowdown.cpu": 0.02}
     f = warmup_fields(before, after, 4)
     assert f == {
         "warmups_per_q": 5.0,
