@@ -14,6 +14,7 @@ from test_scheduler import Collector, make_engine, make_req, reference
 
 from sglang_ext import protocol as P
 from sglang_ext.disagg import KVPoll, match_ranges
+from sglang_ext.disagg.ranges import page_runs
 from sglang_ext.engine.request import Req, SamplingParams
 
 
@@ -242,6 +243,25 @@ def test_one_broken_transfer_fails_alone():
         assert stats(eng)["in_use_pages"] == 0 and stats(eng)["num_live_reqs"] == 0
 
 
+def test_decode_pages_stay_in_runs_after_interleaved_streams():
+    """A decode worker's streams take their pages at admission, so those that decode side by
+    side do not interleave theirs, and a later prompt's KV destination is a few runs of
+    consecutive pages (each run one range per layer and K/V), not one range per page."""
+    decode, dp = pd_engine("decode", num_pages=256, page_size=1)
+    cols = {f"s{i}": Collector() for i in range(3)}
+    for i, (rid, col) in enumerate(cols.items()):
+        decode.submit(pd_req(rid, [i + 1] * 8, 24, col, room=50 + i))
+    run(decode)
+    for rid in cols:
+        dp[rid].state, dp[rid].aux_data = KVPoll.Success, {P.AUX_FIRST_TOKEN: 5}
+    run(decode, 30)  # all three decode in one batch, step by step, to the end
+    assert all(c.done.is_set() for c in cols.values())
+    decode.submit(pd_req("next", [7] * 90, 2, Collector(), room=60))
+    run(decode)
+    runs = page_runs(decode.reqs["next"].pages[:90])
+    assert len(runs) <= 3, runs  # the three freed blocks at most; 90 runs if interleaved
+
+
 def test_decode_keeps_given_up_pages_until_prefill_lets_go():
     decode, dp = pd_engine("decode")
     col = Collector()
@@ -252,7 +272,9 @@ def test_decode_keeps_given_up_pages_until_prefill_lets_go():
     run(decode)
     assert dp["a"].aborted and col.last.finish_reason["type"] == P.FINISH_ABORT
     s = stats(decode)  # integrity counts the quarantined pages
-    assert s["pd_quarantined_pages"] == 3 and decode.sched.pool.num_free == free_before
+    # Admitted with its whole reservation (10 + 4 tokens: 4 pages): the prompt's 3 pages, which
+    # prefill may still write, stay out of the pool; the page for decoding came back at once.
+    assert s["pd_quarantined_pages"] == 3 and decode.sched.pool.num_free == free_before + 1
     dp["a"].prefill_may_write = False  # prefill acknowledged the abort
     run(decode)
     s = stats(decode)

@@ -438,9 +438,12 @@ class Scheduler:
         self._move(req, S.DONE)
         receiver = PDTransfer.close(req)
         if receiver is not None and req.pages:
+            # Only the prompt's pages are prefill's WRITE destination; release() below frees the
+            # rest (the pages decoding would have written), the row and the reservation.
+            prompt = self.pool.pages_for(req.prompt_len)
             until = time.monotonic() + self.cfg.waiting_timeout_s
-            self.quarantine.append(Quarantined(req.pages, receiver, until))
-            req.pages = []  # release() below frees the row and reservation, not these pages
+            self.quarantine.append(Quarantined(req.pages[:prompt], receiver, until))
+            req.pages = req.pages[prompt:]
         self.pages.release(req)
 
     def _fail(self, req: Req, status: int, message: str) -> None:
