@@ -215,11 +215,13 @@ CPU_POOL_MODELS = ["smollm2", "gemma3", "qwen2.5-coder"]
 # Two ways to answer, so candidates end at different times: an answer-first persona that stops
 # early, and the step-by-step one that runs to the cap. Greedy only: with 12 candidates (×
 # greedy/T=0.7) at 256 tokens, a question cost ~3 min of the 2 cores in setting #5. At 96 tokens
-# (issue 20) Qwen's step-by-step answers were cut off before their final answer; 256 is issue
-# 30's pilot (docs/benchmarks.md), where Qwen answers GSM8K and MMLU (HumanEval needs more: its
-# answers restate the docstring). Gemma's answer-first persona left the pool there: right on 0
-# of the pilot's 30 questions and on 2 of issue 20's 148 (it echoes its prompt), and a scorer
-# cannot learn a candidate that is never right.
+# (issue 20) Qwen's step-by-step answers were cut off before their final answer; at 256 (issue
+# 30's first pilot, docs/benchmarks.md) Qwen answers GSM8K and MMLU but no HumanEval question
+# (its answers restate the docstring, then stop mid-body); 512 is the HumanEval pilot where
+# Qwen is right on 3 of 10 and every other candidate on none: the domain that separates the
+# pool. Gemma's answer-first persona left the pool: right on 0 of the first pilot's 30
+# questions and on 2 of issue 20's 148 (it echoes its prompt), and a scorer cannot learn a
+# candidate that is never right.
 CPU_POOL_PERSONAS = {
     "direct": (
         "You are a knowledgeable expert. Give the final answer first, in the form the question "
@@ -227,7 +229,10 @@ CPU_POOL_PERSONAS = {
     ),
     "careful": NAMED_PERSONAS["careful"],
 }
-CPU_POOL_SAMPLING = {"greedy": {"temperature": 0.0, "max_new_tokens": 256}}
+CPU_POOL_SAMPLING = {"greedy": {"temperature": 0.0, "max_new_tokens": 512}}
+# The aggregator writes the answer that is graded, so it gets the candidates' cap: at the tree
+# configs' 96 tokens no code answer would be complete.
+CPU_POOL_AGGREGATOR_SAMPLING = {"temperature": 0.0, "max_new_tokens": 512}
 CPU_POOL_LEFT_OUT = {"gemma3.direct.greedy"}
 # The routed config's scorer, trained by the README's `moa-pd train-scorer` command and committed.
 CPU_POOL_SCORER = "routing/scorers/routed_pool_cpu.json"
@@ -511,32 +516,38 @@ def main() -> None:
         pool_models,
         cpu_pool,
         "qwen2.5-coder",
-        CPU_SAMPLING,
+        CPU_POOL_AGGREGATOR_SAMPLING,
         None,
     )
     routed(
         "routed_pool_cpu",
         f"CPU, routed (issues 20, 30): a pool of {n} candidates, SmolLM2-135M, Gemma-3-270M "
         "and Qwen2.5-Coder-0.5B × an answer-first and a step-by-step persona (not Gemma's "
-        "answer-first: right on none of issue 30's pilot questions), greedy, 256 tokens; "
-        f"routing runs the 3 best per question (scorer: {CPU_POOL_SCORER}, trained by the "
-        "README's moa-pd train-scorer command); aggregator Qwen2.5-Coder-0.5B, the pool's "
-        "strongest model.",
+        "answer-first: right on none of issue 30's pilot questions), greedy, 512 tokens; "
+        "routing runs every candidate whose predicted p reaches 0.25, one per model, at least "
+        f"the best by utility (scorer: {CPU_POOL_SCORER}, trained on HumanEval and IFBench by "
+        "the README's moa-pd train-scorer command: Qwen on code, SmolLM2 elsewhere); "
+        "aggregator Qwen2.5-Coder-0.5B, the pool's strongest model, at 512 tokens.",
         pool_models,
         cpu_pool,
         "qwen2.5-coder",
-        CPU_SAMPLING,
+        CPU_POOL_AGGREGATOR_SAMPLING,
         {
             "scorer": CPU_POOL_SCORER,
-            "k": 3,
+            # A threshold, not a fixed k: the set's size follows the question. 0.25 lies between
+            # Qwen's p on code questions and on the others (docs/benchmarks.md, stop 52); one
+            # candidate per model, since two personas of one model share its mistakes.
+            "threshold": 0.25,
             "min_k": 1,
+            "max_per_model": 1,
             "weights": {"performance": 1.0, "cost": 0.2, "latency": 0.2},
             # planning/model_memory.py's counts (134,515,008, 268,098,176 and 630,167,424),
             # declared so the router does not build the models on the meta device at start-up.
             "model_sizes_b": {"smollm2": 0.1345, "gemma3": 0.2681, "qwen2.5-coder": 0.6302},
-            # Measured order of magnitude on this 2-core CPU; a profile.json replaces them.
-            # Qwen2.5-Coder: ~2x SmolLM2's time per question in a 3-model probe (not a profile).
-            "decode_tokens_per_s": {"smollm2": 40.0, "gemma3": 20.0, "qwen2.5-coder": 18.0},
+            # Decode seconds per token of each model, measured (`moa-pd profile --config
+            # pool_all_cpu`, stop 52): 78, 108 and 203 ms a step at batch 1 and 524 tokens of
+            # context, where the declared speeds had 25, 50 and 56.
+            "profile": "profiling/measured/cpu_2core_pool_torch.json",
             "posterior_correction": {"enabled": True, "action": "last"},
         },
     )

@@ -330,6 +330,37 @@ def test_one_scorer_routes_questions_of_two_domains_differently():
     assert scorer.predict_tokens(code_q)["coder"] == pytest.approx(np.expm1(4.0))
 
 
+def test_the_shipped_routed_config_sends_code_to_the_coder_and_instructions_elsewhere():
+    """routed_pool_cpu as shipped (its scorer, its threshold, the real MiniLM), on questions its
+    scorer never saw (the mix past its 40 training questions): most code questions run a
+    Qwen2.5-Coder candidate, few instruction-following ones do. A router that went
+    static, or a scorer that stopped separating the domains, fails this."""
+    from experiments.datasets import load_questions
+    from experiments.prompts import build_question_prompt
+    from router.embedder import Embedder
+    from routing.estimates import estimate_pool
+    from routing.query_embedding import query_embeddings
+
+    cfg = load_config("routed_pool_cpu")
+    scorer = load_scorer(cfg, "t")
+    qs = load_questions("humaneval,ifbench", 16, None, 0, 40)
+    x = query_embeddings(
+        Embedder(cfg.early_exit.embedding_model), [build_question_prompt(q) for q in qs]
+    )
+    estimates = estimate_pool(cfg)
+    chose_coder = {"humaneval": [], "ifbench": []}
+    for q, e in zip(qs, x, strict=True):
+        d = choose(
+            scorer.predict(e), estimates, cfg.routing, cfg.pool_ids, scorer.predict_tokens(e)
+        )
+        chose_coder[q.dataset].append(any(cfg.agent(c).model == "qwen2.5-coder" for c in d.chosen))
+    assert len(chose_coder["humaneval"]) == len(chose_coder["ifbench"]) == 8
+    # On these 16 it chose the coder for 6 code questions and 0 others (stop 52); a static set
+    # gives 8 and 8 or 0 and 0.
+    assert sum(chose_coder["humaneval"]) >= 6, chose_coder
+    assert sum(chose_coder["ifbench"]) <= 2, chose_coder
+
+
 # --- posterior correction -----------------------------------------------------------------------
 def answer(agent: str, logprob: float, direction: int) -> AgentResult:
     emb = np.zeros((3, 4), np.float32)
