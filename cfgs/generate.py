@@ -232,7 +232,7 @@ CPU_POOL_PERSONAS = {
 CPU_POOL_SAMPLING = {"greedy": {"temperature": 0.0, "max_new_tokens": 512}}
 # The aggregator writes the answer that is graded, so it gets the candidates' cap: at the tree
 # configs' 96 tokens no code answer would be complete.
-CPU_POOL_AGGREGATOR_SAMPLING = {"temperature": 0.0, "max_new_tokens": 512}
+CPU_POOL_AGGREGATOR_SAMPLING = CPU_POOL_SAMPLING["greedy"]
 CPU_POOL_LEFT_OUT = {"gemma3.direct.greedy"}
 # The routed config's scorer, trained by the README's `moa-pd train-scorer` command and committed.
 CPU_POOL_SCORER = "routing/scorers/routed_pool_cpu.json"
